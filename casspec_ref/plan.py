@@ -41,7 +41,12 @@ class LinearKernel(Protocol):
     """
 
     def __call__(
-        self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, layer: int, name: str
+        self,
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        layer: int,
+        name: str,
     ) -> torch.Tensor: ...
 
 
@@ -82,8 +87,10 @@ class ExecutionPlan:
     def validate(self, config: ModelConfig) -> None:
         """Raise `ValueError` naming the bad field and the allowed range."""
         n = config.n_layers
-        for field_name, layers in (("skip_attention", self.skip_attention),
-                                   ("skip_mlp", self.skip_mlp)):
+        for field_name, layers in (
+            ("skip_attention", self.skip_attention),
+            ("skip_mlp", self.skip_mlp),
+        ):
             bad = sorted(i for i in layers if not 0 <= i < n)
             if bad:
                 raise ValueError(

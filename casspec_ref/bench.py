@@ -1,0 +1,654 @@
+"""The speed harness: Spec-Bench's protocol on any question set, CPU or CUDA.
+
+``python -m casspec_ref bench --questions FILE --methods ar,pld,cas-spec --max-new-tokens N
+--runs R --device cpu|cuda --dtype float32|bfloat16|float16 --out DIR [--quick]``
+
+Protocol (ALGORITHM.md §7, after Spec-Bench, Xia et al. 2024):
+- questions in Spec-Bench's ``question.jsonl`` format (``question_id``, ``category``, ``turns``);
+  the eight MT-Bench categories count as one group, ``mt_bench``; a multi-turn question is a
+  conversation in which each turn sees the method's previous answers, and its tokens and wall
+  times are summed over the turns;
+- batch 1, warm-up runs before timing, prefill inside the timed region, CUDA synchronized around
+  every timed call;
+- every method's greedy output is checked equal to the naive loop's before any speed is reported
+  (the first divergence is printed);
+- speedup as Spec-Bench computes it (the mean over questions of tokens/s, divided by the same mean
+  for the naive loop) and as total tokens over total time; MAT pooled over all steps, bonus token
+  included; R runs, mean and standard deviation.
+
+Methods are those of `casspec_ref.speculative.METHODS`, plus ``hf`` and ``hf-pld`` (Hugging Face
+transformers' greedy and prompt-lookup ``generate`` on the same weights) when transformers is
+installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+MT_BENCH_CATEGORIES = frozenset(
+    {"writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities"}
+)
+GROUP_ORDER = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag")
+EXTERNAL_METHODS = ("hf", "hf-pld")
+
+
+def default_questions_path() -> Path:
+    """The project's own small prompt set (written for casspec_ref, Spec-Bench format)."""
+    return Path(str(resources.files("casspec_ref") / "data" / "prompts.jsonl"))
+
+
+def group_of(category: str) -> str:
+    """Spec-Bench's grouping: the eight MT-Bench categories form one group."""
+    return "mt_bench" if category in MT_BENCH_CATEGORIES else category
+
+
+@dataclass(frozen=True)
+class Question:
+    question_id: Any
+    category: str
+    turns: tuple[str, ...]
+
+    @property
+    def group(self) -> str:
+        return group_of(self.category)
+
+
+def load_questions(path: str | Path) -> list[Question]:
+    """Read a Spec-Bench ``question.jsonl``; a clear error names the bad line."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"question file {path} does not exist")
+    questions = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            turns = record["turns"]
+            if isinstance(turns, str):
+                turns = [turns]
+            if not turns or not all(isinstance(t, str) and t.strip() for t in turns):
+                raise ValueError("'turns' must be a non-empty list of non-empty strings")
+            questions.append(Question(record["question_id"], str(record["category"]), tuple(turns)))
+        except (json.JSONDecodeError, KeyError, ValueError, TypeError) as exc:
+            raise ValueError(
+                f"{path}:{number}: not a Spec-Bench question (needs 'question_id', 'category' and "
+                f"'turns'): {exc}"
+            ) from exc
+    if not questions:
+        raise ValueError(f"{path} holds no questions")
+    return questions
+
+
+@dataclass
+class TurnRecord:
+    tokens: list[int]
+    wall_s: float
+    stats: dict[str, Any]
+
+
+@dataclass
+class QuestionRecord:
+    """One method's answer to one question in one run."""
+
+    question: Question
+    turns: list[TurnRecord] = field(default_factory=list)
+    peak_memory_bytes: int = 0
+
+    @property
+    def new_tokens(self) -> int:
+        return sum(len(t.tokens) for t in self.turns)
+
+    @property
+    def wall_s(self) -> float:
+        return sum(t.wall_s for t in self.turns)
+
+
+# ----------------------------------------------------------------------------------------------
+# Memory and timing helpers
+# ----------------------------------------------------------------------------------------------
+
+
+def _reset_peak_rss() -> None:
+    # Linux: writing 5 to clear_refs resets the peak resident set size (VmHWM) of this process.
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
+def _peak_rss_bytes() -> int:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    import resource
+
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+class _Progress:
+    """A dependency-free progress bar on stderr."""
+
+    def __init__(self, total: int, label: str, enabled: bool = True) -> None:
+        self.total, self.label, self.done = total, label, 0
+        self.enabled = enabled and total > 0
+        self.start = time.perf_counter()
+
+    def step(self, note: str = "") -> None:
+        self.done += 1
+        if not self.enabled:
+            return
+        width = 30
+        filled = int(width * self.done / self.total)
+        elapsed = time.perf_counter() - self.start
+        bar = "#" * filled + "-" * (width - filled)
+        sys.stderr.write(
+            f"\r{self.label} [{bar}] {self.done}/{self.total} {elapsed:6.1f}s {note[:30]:<30}"
+        )
+        if self.done == self.total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+# ----------------------------------------------------------------------------------------------
+# Running methods
+# ----------------------------------------------------------------------------------------------
+
+Runner = Callable[[list[int], int], tuple[list[int], dict[str, Any]]]
+
+
+def _make_runner(method: str, model: Any, stop_ids: Sequence[int]) -> Runner:
+    from casspec_ref.generate import generate_ar
+
+    if method == "ar":
+
+        def run_ar(prompt_ids: list[int], max_new: int) -> tuple[list[int], dict[str, Any]]:
+            result = generate_ar(model, prompt_ids, max_new, stop_ids=stop_ids)
+            return list(result.tokens), dict(result.stats)
+
+        return run_ar
+    if method in EXTERNAL_METHODS:
+        return _make_hf_runner(method, model, stop_ids)
+
+    from casspec_ref.speculative import generate_speculative
+
+    def run_spec(prompt_ids: list[int], max_new: int) -> tuple[list[int], dict[str, Any]]:
+        result = generate_speculative(model, prompt_ids, max_new, method=method, stop_ids=stop_ids)
+        return list(result.tokens), dict(result.stats)
+
+    return run_spec
+
+
+def _make_hf_runner(method: str, model: Any, stop_ids: Sequence[int]) -> Runner:
+    """Hugging Face transformers' own greedy / prompt-lookup generate on our weights."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = model.config
+    if cfg.family != "llama":
+        raise ValueError("the hf methods are wired for the Llama family only")
+    # A dict, so that both transformers 4 (rope_theta) and 5 (which folds it into
+    # rope_parameters) accept it.
+    hf_kwargs: dict[str, Any] = dict(
+        vocab_size=cfg.vocab_size,
+        hidden_size=cfg.d_model,
+        intermediate_size=cfg.d_ff,
+        num_hidden_layers=cfg.n_layers,
+        num_attention_heads=cfg.n_heads,
+        num_key_value_heads=cfg.n_kv_heads,
+        max_position_embeddings=cfg.max_seq_len,
+        rms_norm_eps=cfg.norm_eps,
+        rope_theta=cfg.rope_theta,
+        tie_word_embeddings=cfg.tie_embeddings,
+        attention_bias=cfg.attention_bias,
+    )
+    hf_config = LlamaConfig(**hf_kwargs)
+    dtype = next(model.parameters()).dtype
+    device = next(model.parameters()).device
+    hf: Any = LlamaForCausalLM(hf_config)
+    hf = hf.to(dtype=dtype, device=device).eval()
+    ours = model.state_dict()
+    renamed = {
+        "model.embed_tokens.weight": ours["tok_emb.weight"],
+        "model.norm.weight": ours["norm.weight"],
+    }
+    for i in range(cfg.n_layers):
+        p, q = f"layers.{i}.", f"model.layers.{i}."
+        for a, b in (
+            ("attn_norm.weight", "input_layernorm.weight"),
+            ("mlp_norm.weight", "post_attention_layernorm.weight"),
+            ("attn.q.weight", "self_attn.q_proj.weight"),
+            ("attn.k.weight", "self_attn.k_proj.weight"),
+            ("attn.v.weight", "self_attn.v_proj.weight"),
+            ("attn.o.weight", "self_attn.o_proj.weight"),
+            ("mlp.gate.weight", "mlp.gate_proj.weight"),
+            ("mlp.up.weight", "mlp.up_proj.weight"),
+            ("mlp.down.weight", "mlp.down_proj.weight"),
+        ):
+            renamed[q + b] = ours[p + a]
+    if not cfg.tie_embeddings:
+        renamed["lm_head.weight"] = ours["head.weight"]
+    hf.load_state_dict(renamed, strict=False)
+    extra: dict[str, Any] = {"prompt_lookup_num_tokens": 10} if method == "hf-pld" else {}
+    eos = list(stop_ids) or None
+
+    def run_hf(prompt_ids: list[int], max_new: int) -> tuple[list[int], dict[str, Any]]:
+        ids = torch.tensor([prompt_ids], device=device)
+        with torch.inference_mode():
+            out = hf.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=max_new,
+                do_sample=False,
+                eos_token_id=eos,
+                pad_token_id=eos[0] if eos else 0,
+                **extra,
+            )
+        return out[0, len(prompt_ids) :].tolist(), {}
+
+    return run_hf
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def run_question(
+    runner: Runner,
+    tokenizer: Any,
+    question: Question,
+    max_new_tokens: int,
+    device: str,
+    reference: QuestionRecord | None = None,
+) -> QuestionRecord:
+    """Answer every turn of `question`; later turns see the earlier answers (Spec-Bench).
+
+    With a `reference` (the naive loop's record), later turns are conditioned on the naive loop's
+    answers, so that a divergence in one turn does not cascade into the next.
+    """
+    import torch
+
+    record = QuestionRecord(question)
+    messages: list[dict[str, str]] = []
+    if device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats()
+    else:
+        _reset_peak_rss()
+    for index, turn in enumerate(question.turns):
+        messages.append({"role": "user", "content": turn})
+        prompt_ids = tokenizer.apply_chat_template(messages)
+        _sync(device)
+        start = time.perf_counter()
+        tokens, stats = runner(prompt_ids, max_new_tokens)
+        _sync(device)
+        record.turns.append(TurnRecord(tokens, time.perf_counter() - start, stats))
+        answer_ids = reference.turns[index].tokens if reference is not None else tokens
+        answer = tokenizer.decode([t for t in answer_ids if t not in tokenizer.stop_ids])
+        messages.append({"role": "assistant", "content": answer})
+    if device.startswith("cuda"):
+        record.peak_memory_bytes = int(torch.cuda.max_memory_allocated())
+    else:
+        record.peak_memory_bytes = _peak_rss_bytes()
+    return record
+
+
+def first_divergence(reference: Sequence[int], candidate: Sequence[int]) -> int | None:
+    """Index of the first differing token (or of the length mismatch), None when equal."""
+    for i, (a, b) in enumerate(zip(reference, candidate, strict=False)):
+        if a != b:
+            return i
+    if len(reference) != len(candidate):
+        return min(len(reference), len(candidate))
+    return None
+
+
+# ----------------------------------------------------------------------------------------------
+# Aggregation
+# ----------------------------------------------------------------------------------------------
+
+
+def _stat_sum(records: Sequence[QuestionRecord], key: str) -> float:
+    return float(sum(t.stats.get(key, 0) or 0 for r in records for t in r.turns))
+
+
+def _level_counts(records: Sequence[QuestionRecord]) -> dict[str, dict[str, float]]:
+    """Per draft level, proposed and accepted token counts summed over all turns."""
+    levels: dict[str, dict[str, float]] = defaultdict(lambda: {"proposed": 0.0, "accepted": 0.0})
+    for r in records:
+        for t in r.turns:
+            for name, counts in (t.stats.get("levels") or {}).items():
+                for key in ("proposed", "accepted"):
+                    levels[name][key] += float(counts.get(key, 0))
+    return {
+        name: {**c, "acceptance": c["accepted"] / c["proposed"] if c["proposed"] else 0.0}
+        for name, c in levels.items()
+    }
+
+
+def summarize(
+    runs: list[dict[str, list[QuestionRecord]]], methods: Sequence[str], equal: dict[str, bool]
+) -> list[dict[str, Any]]:
+    """One record per method and group (``overall`` for the whole set), Spec-Bench's metrics."""
+    groups = sorted(
+        {r.question.group for r in runs[0]["ar"]},
+        key=lambda g: (GROUP_ORDER.index(g) if g in GROUP_ORDER else len(GROUP_ORDER), g),
+    )
+    rows = []
+    for method in methods:
+        for group in [*groups, "overall"]:
+            speedups, totals, tps_list, mats = [], [], [], []
+            for run in runs:
+                mine = [r for r in run[method] if group in ("overall", r.question.group)]
+                base = [r for r in run["ar"] if group in ("overall", r.question.group)]
+                tps = statistics.fmean(r.new_tokens / r.wall_s for r in mine)
+                tps_base = statistics.fmean(r.new_tokens / r.wall_s for r in base)
+                speedups.append(tps / tps_base)
+                totals.append(
+                    (sum(r.new_tokens for r in mine) / sum(r.wall_s for r in mine))
+                    / (sum(r.new_tokens for r in base) / sum(r.wall_s for r in base))
+                )
+                tps_list.append(tps)
+                steps = _stat_sum(mine, "steps")
+                mats.append(sum(r.new_tokens for r in mine) / steps if steps else float("nan"))
+            all_records = [
+                r for run in runs for r in run[method] if group in ("overall", r.question.group)
+            ]
+            base_records = [
+                r for run in runs for r in run["ar"] if group in ("overall", r.question.group)
+            ]
+            time_split = {
+                key: _stat_sum(all_records, key)
+                for key in ("time_draft_s", "time_verify_s", "time_other_s")
+            }
+            rows.append(
+                {
+                    "method": method,
+                    "group": group,
+                    "speedup": statistics.fmean(speedups),
+                    "speedup_std": statistics.stdev(speedups) if len(speedups) > 1 else 0.0,
+                    "speedup_total": statistics.fmean(totals),
+                    "mat": statistics.fmean(mats) if method != "ar" else 1.0,
+                    "tokens_per_s": statistics.fmean(tps_list),
+                    "tokens_per_s_std": statistics.stdev(tps_list) if len(tps_list) > 1 else 0.0,
+                    "equal_to_ar": equal[method],
+                    "levels": _level_counts(all_records),
+                    "time_split_s": time_split,
+                    "peak_memory_bytes": max(r.peak_memory_bytes for r in all_records),
+                    "peak_memory_vs_ar": max(r.peak_memory_bytes for r in all_records)
+                    / max(1, max(r.peak_memory_bytes for r in base_records)),
+                }
+            )
+    return rows
+
+
+def format_table(rows: Sequence[dict[str, Any]]) -> str:
+    """A readable table: one line per method and group."""
+    header = (
+        f"{'method':<12} {'group':<15} {'speedup':>14} {'total':>7} {'MAT':>6} {'tok/s':>7} equal"
+    )
+    lines = [header, "-" * len(header)]
+    for row in rows:
+        lines.append(
+            f"{row['method']:<12} {row['group']:<15} "
+            f"{row['speedup']:>7.3f}±{row['speedup_std']:<6.3f} {row['speedup_total']:>7.3f} "
+            f"{row['mat']:>6.2f} {row['tokens_per_s']:>7.1f} "
+            f"{'yes' if row['equal_to_ar'] else 'NO'}"
+        )
+    return "\n".join(lines)
+
+
+def environment(device: str, dtype: str) -> dict[str, Any]:
+    """What a reader needs to reproduce the figures."""
+    import torch
+
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    name = torch.cuda.get_device_name() if device.startswith("cuda") else platform.processor()
+    return {
+        "device": device,
+        "device_name": name or platform.machine(),
+        "dtype": dtype,
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "git_commit": commit,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+def write_plots(rows: Sequence[dict[str, Any]], out: Path) -> list[Path]:
+    """Speedup and MAT per group and method, as PNG files (skipped without matplotlib)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    written = []
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    groups = list(dict.fromkeys(r["group"] for r in rows))
+    for key, label, fname in (
+        ("speedup", "speedup over the naive loop", "speedup.png"),
+        ("mat", "MAT (bonus token included)", "mat.png"),
+    ):
+        fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(groups) * len(methods) / 3), 4))
+        width = 0.8 / len(methods)
+        for i, method in enumerate(methods):
+            values = [
+                next(r[key] for r in rows if r["method"] == method and r["group"] == g)
+                for g in groups
+            ]
+            ax.bar([j + i * width for j in range(len(groups))], values, width, label=method)
+        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(groups))], groups, rotation=20)
+        ax.set_ylabel(label)
+        if key == "speedup":
+            ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.legend(fontsize=7, ncol=3)
+        fig.tight_layout()
+        path = out / fname
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+# ----------------------------------------------------------------------------------------------
+# Entry point
+# ----------------------------------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m casspec_ref bench",
+        description="Spec-Bench-style speed harness: every method against the naive loop.",
+    )
+    parser.add_argument(
+        "--questions",
+        default=None,
+        help="a Spec-Bench question.jsonl (default: the bundled prompt set)",
+    )
+    parser.add_argument(
+        "--methods",
+        default=None,
+        help="comma-separated methods (default: all of them); 'ar' is always run",
+    )
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=1, help="warm-up questions per method")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    parser.add_argument("--model", default=None, help="GGUF file or HF directory (default SmolLM2)")
+    parser.add_argument("--out", default="bench_out", help="output folder (JSON, PNG)")
+    parser.add_argument("--limit", type=int, default=0, help="use only the first N questions")
+    parser.add_argument(
+        "--quick", action="store_true", help="1 run, 32 new tokens, one question per group"
+    )
+    parser.add_argument("--no-progress", action="store_true")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, *, model: Any = None, tokenizer: Any = None) -> int:
+    """Run the harness; `model` and `tokenizer` may be given directly (the tests do)."""
+    import torch
+
+    args = _parser().parse_args(argv)
+    from casspec_ref.cli import _methods
+
+    own_methods = list(_methods())
+    available = own_methods + list(EXTERNAL_METHODS)
+    methods = args.methods.split(",") if args.methods else own_methods
+    methods = [m.strip() for m in methods if m.strip()]
+    unknown = [m for m in methods if m not in available]
+    if unknown:
+        print(
+            f"error: unknown methods {unknown}: allowed are {', '.join(available)}", file=sys.stderr
+        )
+        return 2
+    if any(m in EXTERNAL_METHODS for m in methods):
+        try:
+            import transformers  # noqa: F401
+        except ImportError:
+            print("note: transformers is not installed; skipping hf methods", file=sys.stderr)
+            methods = [m for m in methods if m not in EXTERNAL_METHODS]
+    if "ar" not in methods:
+        methods.insert(0, "ar")
+    if args.runs < 1 or args.max_new_tokens < 1:
+        print("error: --runs and --max-new-tokens must be >= 1", file=sys.stderr)
+        return 2
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        print(f"error: --device {args.device}: CUDA is not available here", file=sys.stderr)
+        return 2
+    if args.quick:
+        args.runs, args.max_new_tokens = 1, min(args.max_new_tokens, 32)
+
+    try:
+        questions = load_questions(args.questions or default_questions_path())
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.quick:
+        seen: set[str] = set()
+        questions = [q for q in questions if not (q.group in seen or seen.add(q.group))]  # type: ignore[func-returns-value]
+    if args.limit:
+        questions = questions[: args.limit]
+
+    if model is None:
+        from casspec_ref.weights import load_model
+
+        dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+        model, tokenizer = load_model(args.model, dtype=dtype[args.dtype], device=args.device)
+    assert tokenizer is not None, "the benchmark needs a tokenizer"
+    runners = {m: _make_runner(m, model, tokenizer.stop_ids) for m in methods}
+    show = not args.no_progress
+
+    # Warm-up: every method on the first questions, untimed.
+    warm = _Progress(len(methods) * args.warmup, "warm-up", show)
+    for method in methods:
+        for question in questions[: args.warmup]:
+            run_question(
+                runners[method], tokenizer, question, min(16, args.max_new_tokens), args.device
+            )
+            warm.step(method)
+
+    runs: list[dict[str, list[QuestionRecord]]] = []
+    equal = {m: True for m in methods}
+    divergences: list[dict[str, Any]] = []
+    for run_index in range(args.runs):
+        progress = _Progress(
+            len(questions) * len(methods), f"run {run_index + 1}/{args.runs}", show
+        )
+        run: dict[str, list[QuestionRecord]] = {m: [] for m in methods}
+        for question in questions:
+            reference = None
+            # Methods alternate within each question, so that drifts of a shared machine hit
+            # every method alike.
+            for method in methods:
+                record = run_question(
+                    runners[method],
+                    tokenizer,
+                    question,
+                    args.max_new_tokens,
+                    args.device,
+                    reference,
+                )
+                if method == "ar":
+                    reference = record
+                else:
+                    assert reference is not None
+                    for turn_index, (a, b) in enumerate(
+                        zip(reference.turns, record.turns, strict=True)
+                    ):
+                        at = first_divergence(a.tokens, b.tokens)
+                        if at is not None:
+                            equal[method] = False
+                            divergences.append(
+                                {
+                                    "method": method,
+                                    "question_id": question.question_id,
+                                    "turn": turn_index,
+                                    "position": at,
+                                }
+                            )
+                            print(
+                                f"\nDIVERGENCE: {method} question {question.question_id} turn "
+                                f"{turn_index} first differs from the naive loop at token {at}",
+                                file=sys.stderr,
+                            )
+                run[method].append(record)
+                progress.step(method)
+        runs.append(run)
+
+    rows = summarize(runs, methods, equal)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    result = {
+        "environment": environment(args.device, args.dtype),
+        "settings": {
+            "questions": str(args.questions or default_questions_path()),
+            "n_questions": len(questions),
+            "methods": methods,
+            "max_new_tokens": args.max_new_tokens,
+            "runs": args.runs,
+        },
+        "records": rows,
+        "divergences": divergences,
+    }
+    (out / "results.json").write_text(json.dumps(result, indent=2, default=float))
+    table = format_table(rows)
+    (out / "table.txt").write_text(table + "\n")
+    plots = write_plots(rows, out)
+    print(table)
+    print(f"\nwrote {out / 'results.json'}, {out / 'table.txt'}" + "".join(f", {p}" for p in plots))
+    if not all(equal.values()):
+        print(
+            "WARNING: some methods diverged from the naive loop; speeds above are not "
+            "comparable for them (see divergences in results.json)",
+            file=sys.stderr,
+        )
+    return 0

@@ -1,0 +1,530 @@
+"""Draft schedules: how one speculative step drafts its token tree (DyTC and the baselines).
+
+Scope: ALGORITHM.md §3 (vertical and horizontal cascades) and §4 (DyTC and the ablation
+baselines of the paper): chain speculative decoding with one DSIA draft, PLD only, vertical
+cascade (VC), horizontal cascade (HC), VC+HC (CS-Drafting), a SWIFT-style confidence tree, a
+static tree, and CAS-Spec's DyTC. Every schedule only *builds* a `DraftTree`; the loop in
+`casspec_ref.speculative` verifies it with the one verifier, so every schedule is lossless by
+the same argument.
+
+The drafting primitives live in `StepDrafter` (one per step): model drafts run through
+`DraftRunner` (scratch rows of the target's cache, reused along a path), prompt lookup through
+`PromptLookup` at the root and a direct n-gram search at deeper nodes.
+
+How children are declared (ALGORITHM.md §5):
+- Greedy (temperature 0): a model draft proposes the top-P tokens of its logits and argmax chains;
+  prompt lookup and cascade-reviewed tokens are fixed proposals. All are `DETERMINISTIC`.
+- Sampling: a model draft draws its children from its processed law q (the same temperature,
+  top-k, top-p transforms as the target): one child is `INDEPENDENT` with that q, several are
+  `WITHOUT_REPLACEMENT` from that one q. Prompt lookup and reviewed tokens stay `DETERMINISTIC`:
+  rule 4 is lossless for any child set that does not depend on the verifier's coins.
+- One expansion = the children of one leaf, so each node's children come from one rule.
+
+Choices and deviations (our reconstruction; the paper's code was not available): the VC review
+keeps the reviewed draft's agreeing prefix of the lower proposal and then the reviewer's own
+token; HC drafts the first `hc_split` positions with the most accurate level and the rest with the
+cheapest level; the SWIFT-style tree follows draft confidence with fixed thresholds; the static
+tree has a fixed branching per depth. Each is a named parameter of `ScheduleOptions`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from casspec_ref.dsia.prompt_lookup import PromptLookup
+from casspec_ref.dsia.virtual_draft import DraftRunner
+from casspec_ref.dytc import PLD, DyTCConfig, DyTCPolicy, max_cascade_depth
+from casspec_ref.plan import ExecutionPlan
+from casspec_ref.sampling import RandomSource, target_law
+from casspec_ref.tree import ChildRule, DraftTree
+
+
+@dataclass(frozen=True)
+class ScheduleOptions:
+    """Parameters of the baseline schedules (DyTC's own live in `DyTCConfig`).
+
+    Attributes:
+        chain_k: tokens a chain (and VC, HC) drafts per step, >= 1.
+        pld_k: most tokens prompt lookup proposes, >= 1.
+        pld_max_ngram: the longest suffix n-gram prompt lookup matches, >= 1.
+        hc_split: positions HC drafts with the upper (most accurate) level before the lower one.
+        swift_threshold: the SWIFT-style tree extends a node while the draft's probability of its
+            own token is at least this, in [0, 1].
+        swift_sibling: a sibling is added where the draft gives it at least this probability.
+        swift_max_depth: depth budget of the SWIFT-style tree, >= 1.
+        static_branching: children per node at each depth of the static tree (non-empty).
+    """
+
+    chain_k: int = 4
+    pld_k: int = 10
+    pld_max_ngram: int = 3
+    hc_split: int = 2
+    swift_threshold: float = 0.6
+    swift_sibling: float = 0.2
+    swift_max_depth: int = 8
+    static_branching: tuple[int, ...] = (2, 2, 1, 1)
+
+    def __post_init__(self) -> None:
+        for name in ("chain_k", "pld_k", "pld_max_ngram", "swift_max_depth"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"ScheduleOptions.{name}={getattr(self, name)} must be >= 1")
+        if self.hc_split < 0:
+            raise ValueError(f"ScheduleOptions.hc_split={self.hc_split} must be >= 0")
+        for name in ("swift_threshold", "swift_sibling"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"ScheduleOptions.{name}={getattr(self, name)} must be in [0, 1]")
+        if not self.static_branching or any(b < 1 for b in self.static_branching):
+            raise ValueError(
+                f"ScheduleOptions.static_branching={self.static_branching} must be a non-empty "
+                "tuple of integers >= 1"
+            )
+
+
+@dataclass(frozen=True)
+class DraftSampling:
+    """The sampling transforms drafts apply, identical to the target's (ALGORITHM.md §5)."""
+
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+@dataclass
+class NodeInfo:
+    """Bookkeeping of one tree node: who drafted it, whether it continues its draft's chain
+    (the first child of an expansion) and its cumulative acceptance estimate (DyTC)."""
+
+    source: str
+    primary: bool
+    estimate: float = 1.0
+
+
+def lookup_continuation(context: Sequence[int], max_ngram: int, max_tokens: int) -> list[int]:
+    """Prompt lookup over an explicit context: the tokens that followed the most recent earlier
+    occurrence of its last n tokens, n from `max_ngram` down to 1 (empty if none)."""
+    size = len(context)
+    for n in range(min(max_ngram, size - 1), 0, -1):
+        suffix = list(context[size - n :])
+        # Most recent occurrence that ends before the suffix itself starts to overlap the end.
+        for start in range(size - n - 1, -1, -1):
+            if list(context[start : start + n]) == suffix:
+                return list(context[start + n : start + n + max_tokens])
+    return []
+
+
+class StepDrafter:
+    """The tree under construction in one step, and the drafting primitives that grow it."""
+
+    def __init__(
+        self,
+        root_token: int,
+        context: Sequence[int],
+        runner: DraftRunner | None,
+        pld: PromptLookup,
+        levels: dict[str, ExecutionPlan],
+        sampling: DraftSampling,
+        rng: RandomSource,
+        options: ScheduleOptions,
+        max_nodes: int,
+        max_depth: int,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.tree = DraftTree(root_token)
+        self.info: list[NodeInfo] = [NodeInfo("root", True)]
+        self.context = context  # prompt + committed tokens; its last token is the root
+        self.runner = runner
+        self.pld = pld
+        self.levels = levels
+        self.sampling = sampling
+        self.rng = rng
+        self.options = options
+        self.max_nodes = max_nodes
+        self.max_depth = max_depth
+        self.clock = clock  # injectable, so that DyTC's decisions can be made deterministic
+        #: wall seconds and forwards spent per draft name in this step
+        self.seconds: dict[str, float] = {}
+        self.calls: dict[str, int] = {}
+
+    # -- reading the tree -------------------------------------------------------------------
+    def room(self, node: int) -> int:
+        """How many more nodes may hang below `node` along one path."""
+        return max(0, min(self.max_nodes - len(self.tree), self.max_depth - self.tree.depth(node)))
+
+    def path_tokens(self, node: int) -> list[int]:
+        """[root token, drafted tokens down to `node`]: what a draft is fed to continue `node`."""
+        return [self.tree.token(0)] + [self.tree.token(i) for i in self.tree.path_to(node)]
+
+    def _charge(self, name: str, start: float) -> None:
+        self.seconds[name] = self.seconds.get(name, 0.0) + self.clock() - start
+        self.calls[name] = self.calls.get(name, 0) + 1
+
+    def _add(
+        self, parent: int, token: int, rule: ChildRule, q: np.ndarray | None, info: NodeInfo
+    ) -> int:
+        node = self.tree.add_child(parent, token, rule, q)
+        self.info.append(info)
+        return node
+
+    # -- model drafts -----------------------------------------------------------------------
+    def draft_logits(self, level: str, node: int) -> torch.Tensor:
+        """The draft `level`'s logits (V,) for the token after `node`."""
+        if self.runner is None:
+            raise ValueError("this step has no draft runner (no model draft levels)")
+        start = self.clock()
+        rows = self.runner.logits(self.levels[level], self.path_tokens(node))  # (len(path), V)
+        self._charge(level, start)
+        return rows[-1]  # (V,)
+
+    def propose_children(
+        self, level: str, node: int, count: int, estimate_of: DyTCPolicy | None = None
+    ) -> list[int]:
+        """Add up to `count` children of `node` proposed by model draft `level`; the first one
+        continues the chain. Greedy: the top-`count` tokens; sampling: drawn from q."""
+        # Siblings need no extra depth, only room in the node budget.
+        count = min(count, self.max_nodes - len(self.tree))
+        if count < 1 or self.room(node) < 1:
+            return []
+        logits = self.draft_logits(level, node)  # (V,)
+        s = self.sampling
+        q = target_law(logits, s.temperature, s.top_k, s.top_p).numpy()  # (V,) float64
+        # The draft's own probabilities (temperature 1) serve as its confidence under greedy.
+        confidence = q if not s.greedy else torch.softmax(logits.double(), -1).numpy()  # (V,)
+        if s.greedy:
+            tokens = torch.topk(logits, count).indices.tolist()
+            rule, law = ChildRule.DETERMINISTIC, None
+        else:
+            support = int(np.count_nonzero(q))
+            tokens, rest = [], q.copy()
+            for _ in range(min(count, support)):
+                # Without replacement: each draw from q conditioned on the earlier draws.
+                token = int(self.rng.categorical(rest / rest.sum()))
+                tokens.append(token)
+                rest[token] = 0.0
+            rule = ChildRule.INDEPENDENT if len(tokens) == 1 else ChildRule.WITHOUT_REPLACEMENT
+            law = q
+        base = self.info[node].estimate
+        added = []
+        for rank, token in enumerate(tokens):
+            prob = float(confidence[token])
+            if estimate_of is not None:
+                per_token = estimate_of.node_estimate(level, prob)
+                if rank > 0:
+                    per_token = prob * estimate_of.alpha[level].alpha
+            else:
+                per_token = prob
+            info = NodeInfo(level, rank == 0, base * per_token)
+            added.append(self._add(node, token, rule, law, info))
+        return added
+
+    def draft_chain(
+        self, level: str, node: int, k: int, siblings: int = 1, policy: DyTCPolicy | None = None
+    ) -> int:
+        """Draft up to `k` tokens below `node` with `level` (top-`siblings` at the first
+        position); returns the deepest node of the chain."""
+        for i in range(k):
+            children = self.propose_children(level, node, siblings if i == 0 else 1, policy)
+            if not children:
+                break
+            node = children[0]
+        return node
+
+    def review(self, level: str, node: int, proposal: Sequence[int]) -> int:
+        """Vertical cascade: `level` reviews a lower proposal in one forward, keeps its agreeing
+        prefix and adds its own token at the first disagreement; returns the deepest node."""
+        if not proposal or self.room(node) < 1:
+            return node
+        if self.runner is None:
+            raise ValueError("a vertical cascade needs a model draft level")
+        path = self.path_tokens(node)
+        start = self.clock()
+        rows = self.runner.logits(self.levels[level], path + list(proposal))  # (len, V)
+        self._charge(level, start)
+        s = self.sampling
+        for j, token in enumerate(proposal):
+            if self.room(node) < 1:
+                return node
+            row = rows[len(path) - 1 + j]  # (V,)
+            # The reviewer's choice: argmax of its processed law (ties to the lowest id).
+            choice = int(target_law(row, 0.0).argmax()) if not s.greedy else int(row.argmax())
+            info = NodeInfo(PLD if choice == token else level, True, self.info[node].estimate)
+            node = self._add(node, choice, ChildRule.DETERMINISTIC, None, info)
+            if choice != token:
+                return node
+        return node
+
+    # -- prompt lookup ----------------------------------------------------------------------
+    def lookup(self, node: int, k: int) -> list[int]:
+        """Prompt-lookup proposal after `node` (indexed at the root, searched deeper)."""
+        start = self.clock()
+        if node == 0:
+            tokens = self.pld.propose(k)
+        else:
+            context = list(self.context) + self.path_tokens(node)[1:]
+            tokens = lookup_continuation(context, self.options.pld_max_ngram, k)
+        self._charge(PLD, start)
+        return tokens
+
+    def add_chain(
+        self, node: int, tokens: Sequence[int], source: str, per_token: float = 1.0
+    ) -> int:
+        """Append fixed proposals (`DETERMINISTIC`) below `node`; returns the deepest node."""
+        for token in tokens:
+            if self.room(node) < 1:
+                break
+            info = NodeInfo(source, True, self.info[node].estimate * per_token)
+            node = self._add(node, token, ChildRule.DETERMINISTIC, None, info)
+        return node
+
+
+class Schedule:
+    """A tree-drafting schedule. `build` drafts one step's tree; `observe` learns from it."""
+
+    name = "schedule"
+    needs_levels = True
+
+    def build(self, drafter: StepDrafter) -> None:
+        raise NotImplementedError
+
+    def observe(
+        self, drafter: StepDrafter, accepted: Sequence[int], verify_seconds: float, prefix_len: int
+    ) -> None:
+        """Default: nothing to learn."""
+
+
+def _top(levels: Sequence[str]) -> str:
+    # Hierarchies are ordered cheapest first (casspec_ref.dsia.compose): the last level is the
+    # most accurate one.
+    return levels[-1]
+
+
+class PLDOnly(Schedule):
+    name = "pld"
+    needs_levels = False
+
+    def build(self, drafter: StepDrafter) -> None:
+        drafter.add_chain(0, drafter.lookup(0, drafter.options.pld_k), PLD)
+
+
+class Chain(Schedule):
+    """Chain speculative decoding with one DSIA draft (the most accurate level)."""
+
+    name = "chain"
+
+    def build(self, drafter: StepDrafter) -> None:
+        drafter.draft_chain(_top(list(drafter.levels)), 0, drafter.options.chain_k)
+
+
+class VerticalCascade(Schedule):
+    """VC: prompt lookup proposes, the most accurate level reviews it, then drafts on."""
+
+    name = "vc"
+
+    def build(self, drafter: StepDrafter) -> None:
+        level, k = _top(list(drafter.levels)), drafter.options.chain_k
+        node = drafter.review(level, 0, drafter.lookup(0, k))
+        drafter.draft_chain(level, node, k - drafter.tree.depth(node))
+
+
+class HorizontalCascade(Schedule):
+    """HC: the most accurate level drafts the early positions, the cheapest the later ones."""
+
+    name = "hc"
+
+    def build(self, drafter: StepDrafter) -> None:
+        names = list(drafter.levels)
+        opts = drafter.options
+        node = drafter.draft_chain(_top(names), 0, min(opts.hc_split, opts.chain_k))
+        drafter.draft_chain(names[0], node, opts.chain_k - drafter.tree.depth(node))
+
+
+class VCHC(Schedule):
+    """CS-Drafting: HC whose later positions come from a VC (lookup reviewed by the cheapest)."""
+
+    name = "vchc"
+
+    def build(self, drafter: StepDrafter) -> None:
+        names = list(drafter.levels)
+        opts = drafter.options
+        node = drafter.draft_chain(_top(names), 0, min(opts.hc_split, opts.chain_k))
+        rest = opts.chain_k - drafter.tree.depth(node)
+        if rest > 0:
+            node = drafter.review(names[0], node, drafter.lookup(node, rest))
+            drafter.draft_chain(names[0], node, opts.chain_k - drafter.tree.depth(node))
+
+
+class SwiftTree(Schedule):
+    """A SWIFT-style confidence tree with the cheapest (layer-skipping) level: extend the chain
+    while the draft is confident, add a sibling wherever the runner-up is likely."""
+
+    name = "swift-tree"
+
+    def build(self, drafter: StepDrafter) -> None:
+        level, opts = list(drafter.levels)[0], drafter.options
+        node = 0
+        while drafter.tree.depth(node) < opts.swift_max_depth and drafter.room(node) >= 1:
+            logits = drafter.draft_logits(level, node)  # (V,), reused by propose_children
+            probs = torch.softmax(logits.double(), -1)  # (V,)
+            top2 = torch.topk(probs, 2).values.tolist()
+            width = 2 if top2[1] >= opts.swift_sibling else 1
+            children = drafter.propose_children(level, node, width)
+            if not children or top2[0] < opts.swift_threshold:
+                break
+            node = children[0]
+
+
+class StaticTree(Schedule):
+    """A fixed-shape tree: at depth d every node gets `static_branching[d]` children."""
+
+    name = "static-tree"
+
+    def build(self, drafter: StepDrafter) -> None:
+        level = _top(list(drafter.levels))
+        frontier = [0]
+        for width in drafter.options.static_branching:
+            nxt: list[int] = []
+            for node in frontier:
+                nxt.extend(drafter.propose_children(level, node, width))
+            frontier = nxt
+            if not frontier:
+                break
+
+
+class DyTC(Schedule):
+    """CAS-Spec's dynamic tree cascade: best-first growth decided by `DyTCPolicy`."""
+
+    name = "cas-spec"
+    needs_levels = False
+
+    def __init__(
+        self,
+        levels: Sequence[str],
+        n_layers: int,
+        config: DyTCConfig | None = None,
+        policy: DyTCPolicy | None = None,
+    ):
+        self.level_names = list(levels)
+        if policy is not None:
+            # A caller-owned policy carries its estimates across generations (updated in place).
+            missing = sorted(set(self.level_names) - set(policy.drafts))
+            if missing:
+                raise ValueError(
+                    f"the DyTC policy knows drafts {list(policy.drafts)} but the hierarchy has "
+                    f"levels {missing} it does not know"
+                )
+            self.config = policy.config
+            self.policy = policy
+        else:
+            self.config = config if config is not None else DyTCConfig()
+            self.policy = DyTCPolicy(self.level_names, self.config)
+        self.n_layers = n_layers
+
+    def _allowed_levels(self, context_len: int) -> list[str]:
+        k = max_cascade_depth(
+            self.n_layers, context_len, n_levels=len(self.level_names), config=self.config
+        )
+        # Keep the k most accurate levels (hierarchies are ordered cheapest first).
+        return self.level_names[len(self.level_names) - k :] if k > 0 else []
+
+    def build(self, drafter: StepDrafter) -> None:
+        policy, cfg = self.policy, self.config
+        if not policy.ready():
+            return  # the first step is a plain step: it times the target (fall-back)
+        seq_len = len(drafter.context)
+        levels = self._allowed_levels(seq_len)
+        untimed = [name for name in levels if policy.draft_latency[name].count == 0]
+        if untimed:
+            # Probe: one single-token draft forward to learn the level's cost c.
+            drafter.propose_children(untimed[0], 0, 1, policy)
+            return
+        pld_cache: dict[int, list[int]] = {}
+        done: set[int] = set()
+        expected, spent = 1.0, 0.0
+        while True:
+            leaves, available = [], {}
+            for node in range(len(drafter.tree)):
+                if drafter.tree.children(node) or node in done or drafter.room(node) < 1:
+                    continue
+                names = list(levels)
+                if node not in pld_cache:
+                    pld_cache[node] = drafter.lookup(node, cfg.max_k)
+                if pld_cache[node]:
+                    names.append(PLD)
+                if names:
+                    info = drafter.info[node]
+                    leaves.append((node, info.estimate, drafter.tree.depth(node)))
+                    available[node] = names
+            spent = sum(drafter.seconds.values())
+            choice = policy.plan_expansion(
+                leaves, len(drafter.tree), expected, spent, seq_len, available
+            )
+            if choice is None:
+                return
+            before = len(drafter.tree)
+            if choice.draft == PLD:
+                per_token = policy.node_estimate(PLD, None)
+                drafter.add_chain(choice.leaf, pld_cache[choice.leaf][: choice.k], PLD, per_token)
+            else:
+                drafter.draft_chain(choice.draft, choice.leaf, choice.k, cfg.siblings, policy)
+            if len(drafter.tree) == before:
+                done.add(choice.leaf)
+            expected = 1.0 + sum(info.estimate for info in drafter.info[1:])
+
+    def observe(
+        self, drafter: StepDrafter, accepted: Sequence[int], verify_seconds: float, prefix_len: int
+    ) -> None:
+        policy = self.policy
+        policy.observe_verify(prefix_len, len(drafter.tree), verify_seconds)
+        for name, seconds in drafter.seconds.items():
+            calls = drafter.calls.get(name, 1)
+            # One observation per call: an average single-call latency at this context length.
+            for _ in range(calls):
+                policy.observe_draft(name, prefix_len, 1, seconds / calls)
+        on_path = {0, *accepted}
+        for node in range(1, len(drafter.tree)):
+            info = drafter.info[node]
+            if (
+                info.primary
+                and drafter.tree.parent(node) in on_path
+                and info.source in policy.alpha
+            ):
+                policy.observe_acceptance(info.source, [node in on_path])
+
+
+@dataclass
+class ScheduleSpec:
+    """What `make_schedule` needs to know about the model and the hierarchy."""
+
+    levels: list[str]
+    n_layers: int
+    dytc: DyTCConfig = field(default_factory=DyTCConfig)
+    policy: DyTCPolicy | None = None
+
+
+def make_schedule(method: str, spec: ScheduleSpec) -> Schedule:
+    """The schedule of a method name (`casspec_ref.speculative.METHODS`, "ar" excluded)."""
+    simple: dict[str, type[Schedule]] = {
+        "pld": PLDOnly,
+        "chain": Chain,
+        "vc": VerticalCascade,
+        "hc": HorizontalCascade,
+        "vchc": VCHC,
+        "swift-tree": SwiftTree,
+        "static-tree": StaticTree,
+    }
+    if method == "cas-spec":
+        return DyTC(spec.levels, spec.n_layers, spec.dytc, spec.policy)
+    if method not in simple:
+        raise ValueError(f"unknown method {method!r}: allowed are {sorted([*simple, 'cas-spec'])}")
+    schedule = simple[method]()
+    if schedule.needs_levels and not spec.levels:
+        raise ValueError(f"method {method!r} needs at least one model draft level; got none")
+    return schedule

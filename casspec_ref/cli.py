@@ -1,0 +1,246 @@
+"""Command line: ``python -m casspec_ref {generate, oracle, bench} ...``.
+
+- ``generate "PROMPT"`` applies the model's chat template, streams the answer, then prints a
+  one-line summary (tokens/s, and for speculative methods MAT and the draft statistics).
+  ``--json`` prints one JSON object instead, for scripts.
+- ``oracle check MODULE:FUNCTION`` asks the exact-law oracle whether someone else's verify
+  function is lossless (see docs/oracle.md).
+- ``bench`` runs the Spec-Bench-style harness (see docs/benchmarks.md).
+
+Argument checking happens here and in the library; every bad value exits with status 2 and a
+message that names the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+DTYPES = ("float32", "bfloat16", "float64")
+DEFAULT_METHOD = "cas-spec"
+
+
+def _methods() -> tuple[str, ...]:
+    try:
+        from casspec_ref.speculative import METHODS
+    except ImportError:  # the speculative loop is optional for a bare-bones checkout
+        return ("ar",)
+    return tuple(METHODS)
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m casspec_ref",
+        description="CAS-Spec reference: lossless cascade self-speculative decoding in PyTorch.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    gen = sub.add_parser(
+        "generate",
+        help="generate an answer to a prompt (chat template applied)",
+        description="Generate an answer with the naive loop (--method ar) or a speculative "
+        "schedule. Greedy by default (temperature 0); the output of every method has exactly "
+        "the law of the naive loop (greedy: the same tokens).",
+    )
+    gen.add_argument("prompt", help="the user message (wrapped in the model's chat template)")
+    gen.add_argument(
+        "--method",
+        default=None,
+        help=f"decoding method, one of: {', '.join(_methods())} (default {DEFAULT_METHOD})",
+    )
+    gen.add_argument("--max-new-tokens", type=int, default=128, help="default 128")
+    gen.add_argument(
+        "--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 samples"
+    )
+    gen.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens; 0 = off")
+    gen.add_argument("--top-p", type=float, default=1.0, help="nucleus mass in (0, 1]; 1 = off")
+    gen.add_argument("--seed", type=int, default=0, help="seed of the random source (default 0)")
+    gen.add_argument("--dtype", choices=DTYPES, default="float32", help="model dtype")
+    gen.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    gen.add_argument(
+        "--model",
+        default=None,
+        help="a GGUF file or a Hugging Face checkpoint directory "
+        "(default: the embedded SmolLM2-135M-Instruct)",
+    )
+    gen.add_argument("--raw", action="store_true", help="do not apply the chat template")
+    gen.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    gen.add_argument(
+        "--show-tree",
+        action="store_true",
+        help="print each speculative step's token tree, accepted tokens colored by draft level",
+    )
+
+    oracle = sub.add_parser("oracle", help="check a verify function with the exact-law oracle")
+    oracle_sub = oracle.add_subparsers(dest="oracle_command", required=True)
+    check = oracle_sub.add_parser(
+        "check",
+        help="say whether MODULE:FUNCTION is lossless",
+        description="Enumerate every outcome of a third-party verify function on a catalogue of "
+        "small cases and compare its exact output law with the target law (docs/oracle.md).",
+    )
+    check.add_argument("target", help="MODULE:FUNCTION, importable from the current directory")
+    check.add_argument("--json", action="store_true", help="print the report as JSON")
+
+    bench = sub.add_parser("bench", help="Spec-Bench-style speed harness (docs/benchmarks.md)")
+    bench.add_argument("rest", nargs=argparse.REMAINDER, help="options of the harness")
+    return parser
+
+
+def _fail(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return 2
+
+
+def _resolve_dtype(name: str) -> Any:
+    import torch
+
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}[name]
+
+
+def _check_device(device: str) -> str | None:
+    import torch
+
+    if device == "cpu":
+        return None
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            return f"--device {device}: CUDA is not available here; use --device cpu"
+        return None
+    return f"--device {device!r} is not supported: use cpu or cuda"
+
+
+class _TextStreamer:
+    """Prints the decoded text as tokens arrive, holding back an incomplete UTF-8 character."""
+
+    def __init__(self, decode: Any, enabled: bool) -> None:
+        self.decode = decode
+        self.enabled = enabled
+        self.ids: list[int] = []
+        self.printed = 0
+
+    def __call__(self, token: int) -> None:
+        self.ids.append(token)
+        if not self.enabled:
+            return
+        text = self.decode(self.ids)
+        if text.endswith("\ufffd"):  # a multi-byte character is still incomplete
+            return
+        sys.stdout.write(text[self.printed :])
+        sys.stdout.flush()
+        self.printed = len(text)
+
+
+def _generate(args: argparse.Namespace) -> int:
+    methods = _methods()
+    method = args.method or (DEFAULT_METHOD if DEFAULT_METHOD in methods else "ar")
+    if method not in methods:
+        return _fail(f"unknown --method {method!r}: allowed are {', '.join(methods)}")
+    if not args.prompt.strip():
+        return _fail("the prompt is empty: give a non-empty PROMPT")
+    device_problem = _check_device(args.device)
+    if device_problem:
+        return _fail(device_problem)
+
+    from casspec_ref.generate import generate_ar
+    from casspec_ref.sampling import validate_sampling
+    from casspec_ref.weights import load_model
+
+    try:
+        validate_sampling(args.temperature, args.top_k, args.top_p)
+    except ValueError as exc:
+        return _fail(str(exc))
+    if args.max_new_tokens < 0:
+        return _fail(f"--max-new-tokens={args.max_new_tokens} must be >= 0")
+
+    try:
+        model, tokenizer = load_model(
+            args.model, dtype=_resolve_dtype(args.dtype), device=args.device
+        )
+    except (FileNotFoundError, ValueError) as exc:
+        return _fail(str(exc))
+    if tokenizer is None:
+        return _fail(f"no tokenizer could be built for {args.model}: see docs/design.md")
+
+    if args.raw:
+        prompt_ids = tokenizer.encode(args.prompt)
+    else:
+        prompt_ids = tokenizer.apply_chat_template([{"role": "user", "content": args.prompt}])
+    streamer = _TextStreamer(tokenizer.decode, enabled=not args.json)
+    common: dict[str, Any] = dict(
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
+        stop_ids=tokenizer.stop_ids,
+        on_token=streamer,
+    )
+    start = time.perf_counter()
+    try:
+        if method == "ar":
+            result = generate_ar(model, prompt_ids, args.max_new_tokens, **common)
+        else:
+            from casspec_ref.speculative import generate_speculative
+
+            on_step = None
+            if args.show_tree:
+                from casspec_ref.trace import TreePrinter
+
+                on_step = TreePrinter(tokenizer.decode, stream=sys.stdout)
+            result = generate_speculative(
+                model, prompt_ids, args.max_new_tokens, method=method, on_step=on_step, **common
+            )
+    except ValueError as exc:
+        return _fail(str(exc))
+    wall = time.perf_counter() - start
+
+    generated = list(result.tokens)
+    text = tokenizer.decode([t for t in generated if t not in tokenizer.stop_ids])
+    tokens_per_s = len(generated) / wall if wall > 0 else float("nan")
+    stats = dict(result.stats)
+    if args.json:
+        out = {
+            "method": method,
+            "prompt_ids": list(prompt_ids),
+            "generated_ids": generated,
+            "text": text,
+            "stopped": result.stopped,
+            "timing": {**result.timing, "wall_s": wall, "tokens_per_s": tokens_per_s},
+            "stats": stats,
+        }
+        print(json.dumps(out, default=float))
+        return 0
+    print()
+    summary = f"[{method}] {len(generated)} tokens in {wall:.2f} s = {tokens_per_s:.1f} tok/s"
+    if "mat" in stats:
+        summary += f", MAT {stats['mat']:.2f} (bonus token included)"
+    if "speedup_estimate" in stats:
+        summary += f", speedup estimate {stats['speedup_estimate']:.2f}x"
+    print(summary)
+    return 0
+
+
+def _oracle(args: argparse.Namespace) -> int:
+    from casspec_ref.oracle import run_check_command
+
+    return run_check_command(args.target, as_json=args.json)
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from casspec_ref.bench import main as bench_main
+
+    return bench_main(args.rest)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m casspec_ref``; returns the process exit status."""
+    args = _build_parser().parse_args(argv)
+    if args.command == "generate":
+        return _generate(args)
+    if args.command == "oracle":
+        return _oracle(args)
+    return _bench(args)

@@ -1,0 +1,47 @@
+"""DSIA: the target model as a family of virtual draft models, plus prompt lookup.
+
+Scope: ALGORITHM.md §2 and issue 4. Reading order:
+- `layer_sparsity`, `early_exit`, `act_quant`, `precision`: one strategy each, each a builder
+  of `casspec_ref.plan.ExecutionPlan` (strategies are data, read by the model in one place);
+- `compose`: Mixing / Scaling / Replacing and named hierarchies (the seed article's L1/L2/L3);
+- `virtual_draft`: `DraftRunner`, running plans on scratch rows of the target's KV cache;
+- `teacher_forced`: scoring a plan along a trajectory exactly as the speculative loop runs it;
+- `layer_search`: SWIFT-style search of the sub-layers to skip, cached as JSON;
+- `prompt_lookup`: PLD, the deterministic bottom draft;
+- `presets`: the configurations measured best on SmolLM2 for the cascade.
+"""
+
+from casspec_ref.dsia.act_quant import QuantKernel, fake_quant_absmax, quant_plan
+from casspec_ref.dsia.compose import Hierarchy, mix, replace, scale, seed_hierarchy
+from casspec_ref.dsia.early_exit import early_exit_plan
+from casspec_ref.dsia.layer_sparsity import (
+    alternate_skip_plan,
+    ranked_skip_plan,
+    skip_layers_plan,
+    sparsity,
+    sublayer_plan,
+)
+from casspec_ref.dsia.precision import precision_plan
+from casspec_ref.dsia.prompt_lookup import PromptLookup, PromptLookupConfig
+from casspec_ref.dsia.virtual_draft import DraftRunner
+
+__all__ = [
+    "DraftRunner",
+    "Hierarchy",
+    "PromptLookup",
+    "PromptLookupConfig",
+    "QuantKernel",
+    "alternate_skip_plan",
+    "early_exit_plan",
+    "fake_quant_absmax",
+    "mix",
+    "precision_plan",
+    "quant_plan",
+    "ranked_skip_plan",
+    "replace",
+    "scale",
+    "seed_hierarchy",
+    "skip_layers_plan",
+    "sparsity",
+    "sublayer_plan",
+]

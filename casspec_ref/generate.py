@@ -1,0 +1,206 @@
+"""Generation loops: plain autoregressive decoding (the baseline every speedup is measured against).
+
+Scope: `generate_ar`, the naive loop, one token per target forward through the KV cache; it is
+also the correctness oracle (ALGORITHM.md §1: a lossless speculative method emits exactly the
+tokens of this loop under greedy decoding, and the same law when sampling). The speculative loop
+is added to this module separately.
+
+Notable choices:
+- Fair baseline (SMOLLM2.md, "the naive loop must be fair"): the prompt is prefilled in one
+  forward that computes the LM head for the last position only; each later step feeds exactly
+  one token; no forward runs after the last token is chosen; linears use the model's fastest
+  exact kernels, the same ones the speculative paths use.
+- Greedy (temperature 0) takes ``argmax`` of the logits, ties to the lowest token id (this equals
+  `casspec_ref.sampling.target_law` at temperature 0, without building a one-hot law). Sampling
+  draws from the processed law ``p = target_law(logits, temperature, top_k, top_p)`` through an
+  explicit `RandomSource`, one ``categorical`` draw per token.
+- Stop tokens: a token in ``stop_ids`` is emitted (it is part of ``tokens`` and passed to
+  ``on_token``), then generation stops with ``stopped=True``. ``stop_ids`` defaults to none; pass
+  ``model.config.eos_ids`` (or a tokenizer's stop ids) to stop at end of sequence.
+- MAT (tau) counts tokens per target forward, bonus token included; for this loop it is 1.00.
+"""
+
+from __future__ import annotations
+
+import operator
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from casspec_ref.kv_cache import KVCache
+from casspec_ref.model import Transformer
+from casspec_ref.plan import ExecutionPlan
+from casspec_ref.sampling import RandomSource, TorchRandomSource, target_law, validate_sampling
+
+
+@dataclass
+class GenerationResult:
+    """What a generation loop returns.
+
+    Attributes:
+        tokens: the generated token ids only (the prompt excluded; a stop token included).
+        prompt_ids: the prompt, as given.
+        stopped: True when generation ended on a stop token (False: ``max_new_tokens`` reached).
+        timing: ``prefill_s`` (prompt forward and first token), ``decode_s`` (the rest),
+            ``total_s`` and ``tokens_per_s`` (generated tokens / total_s, prefill included).
+        stats: counters, e.g. ``target_forwards``, ``mat`` (tokens per target forward, bonus
+            included), ``method``.
+    """
+
+    tokens: list[int]
+    prompt_ids: list[int]
+    stopped: bool
+    timing: dict[str, float] = field(default_factory=dict)
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+def check_generation_args(
+    model: Transformer,
+    prompt_ids: Sequence[int],
+    max_new_tokens: int,
+    temperature: float,
+    top_k: int,
+    top_p: float,
+    stop_ids: Iterable[int],
+) -> list[int]:
+    """Validate the arguments every generation loop shares; return the prompt as a list.
+
+    Raises `ValueError` naming the bad argument and what is allowed.
+    """
+    config = model.config
+    prompt = list(prompt_ids)
+    if not prompt:
+        raise ValueError("prompt_ids is empty: give at least one token id")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
+        raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
+    if max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    validate_sampling(temperature, top_k, top_p)
+    for what, ids in (("prompt_ids", prompt), ("stop_ids", list(stop_ids))):
+        bad = [t for t in ids if not _is_token_id(t, config.vocab_size)]
+        if bad:
+            raise ValueError(
+                f"{what} contains {bad[:5]}: token ids must be integers in "
+                f"0..{config.vocab_size - 1} (vocab_size {config.vocab_size})"
+            )
+    prompt = [operator.index(t) for t in prompt]  # numpy / torch integers -> int
+    if len(prompt) + max_new_tokens > config.max_seq_len:
+        raise ValueError(
+            f"prompt of {len(prompt)} tokens + max_new_tokens={max_new_tokens} = "
+            f"{len(prompt) + max_new_tokens} exceeds the model context max_seq_len="
+            f"{config.max_seq_len}"
+        )
+    return prompt
+
+
+def _is_token_id(value: object, vocab_size: int) -> bool:
+    if isinstance(value, bool):
+        return False
+    try:
+        index = operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        return False
+    return 0 <= index < vocab_size
+
+
+def make_rng(seed: int | None, rng: RandomSource | None) -> RandomSource:
+    """The random source of a loop: ``rng`` if given, else a `TorchRandomSource` from ``seed``."""
+    if seed is not None and rng is not None:
+        raise ValueError("give either seed or rng, not both")
+    return rng if rng is not None else TorchRandomSource(seed=seed)
+
+
+def choose_token(
+    logits: torch.Tensor, temperature: float, top_k: int, top_p: float, rng: RandomSource
+) -> int:
+    """The next token from one row of logits ``(V,)``: argmax when greedy, else a draw from p."""
+    if temperature == 0:
+        return int(torch.argmax(logits))  # first maximal index: ties to the lowest id
+    probs = target_law(logits, temperature, top_k, top_p)  # (V,) float64
+    return rng.categorical(probs.cpu().numpy())
+
+
+def generate_ar(
+    model: Transformer,
+    prompt_ids: Sequence[int],
+    max_new_tokens: int,
+    *,
+    temperature: float = 0.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    seed: int | None = None,
+    rng: RandomSource | None = None,
+    stop_ids: Iterable[int] = (),
+    on_token: Callable[[int], None] | None = None,
+    plan: ExecutionPlan | None = None,
+) -> GenerationResult:
+    """Plain autoregressive decoding, one token per forward through a KV cache.
+
+    Args:
+        model: the target model (batch 1).
+        prompt_ids: the prompt token ids (non-empty).
+        max_new_tokens: at most this many tokens are generated (>= 0).
+        temperature, top_k, top_p: the sampling transforms (temperature 0 = greedy).
+        seed, rng: the random source (one of them; unused when greedy).
+        stop_ids: a token in this set is emitted, then generation stops.
+        on_token: called with each generated token as soon as it is chosen.
+        plan: run the model under this execution plan (``None`` = the target itself).
+    Returns:
+        A `GenerationResult`.
+    """
+    stop_list = list(stop_ids)
+    prompt = check_generation_args(
+        model, prompt_ids, max_new_tokens, temperature, top_k, top_p, stop_list
+    )
+    random_source = make_rng(seed, rng)
+    stop = frozenset(operator.index(t) for t in stop_list)
+    if plan is not None:
+        plan.validate(model.config)
+    param = model.tok_emb.weight
+    dtype = param.dtype if plan is None or plan.compute_dtype is None else plan.compute_dtype
+    device = param.device
+
+    tokens: list[int] = []
+    stopped = False
+    forwards = 0
+    start = time.perf_counter()
+    prefill_end = start
+    if max_new_tokens > 0:
+        # The last generated token is never fed back, hence the - 1.
+        cache = KVCache(model.config, len(prompt) + max_new_tokens - 1, dtype, device)
+        feed = torch.tensor([prompt], dtype=torch.long, device=device)  # (1, T_prompt)
+        while True:
+            logits = model(feed, cache=cache, plan=plan, last_only=True)  # (1, 1, V)
+            forwards += 1
+            token = choose_token(logits[0, -1], temperature, top_k, top_p, random_source)
+            if not tokens:
+                prefill_end = time.perf_counter()
+            tokens.append(token)
+            if on_token is not None:
+                on_token(token)
+            if token in stop:
+                stopped = True
+                break
+            if len(tokens) == max_new_tokens:
+                break
+            feed = torch.tensor([[token]], dtype=torch.long, device=device)  # (1, 1)
+    end = time.perf_counter()
+    total = end - start
+    timing = {
+        "prefill_s": prefill_end - start,
+        "decode_s": end - prefill_end,
+        "total_s": total,
+        "tokens_per_s": len(tokens) / total if total > 0 else 0.0,
+    }
+    stats: dict[str, Any] = {
+        "method": "ar",
+        "plan": "target" if plan is None else plan.name,
+        "prompt_tokens": len(prompt),
+        "new_tokens": len(tokens),
+        "target_forwards": forwards,
+        "mat": len(tokens) / forwards if forwards else 0.0,
+    }
+    return GenerationResult(tokens, prompt, stopped, timing, stats)

@@ -1,0 +1,338 @@
+"""The speculative decoding loop: draft a tree, verify it in one target forward, commit, repeat.
+
+Scope: ALGORITHM.md §4 ("verify the whole tree in one target forward ... then compact the KV of
+the accepted path") and §5 (the verifier's contract), for every method of `METHODS`: plain AR,
+prompt lookup only, the baseline cascades and CAS-Spec's DyTC (`casspec_ref.cascades`).
+
+One step:
+1. A schedule drafts a `DraftTree` whose root (node 0) is the last committed token, which is not
+   in the KV cache yet. Model drafts run through `DraftRunner` on scratch rows of the target's
+   cache, released before the target forward. Draft sampling draws from `rng` *before* any
+   verification draw of the step, so the tree never depends on the coins that verify it.
+2. ONE target forward over [root + every node] with the tree's attention mask and positions
+   gives one processed target law p per node (`sampling.target_law`).
+3. `verify.verify_tree` (the one verifier) returns the accepted path and the next token.
+4. `cache.commit(base, keep=[0] + accepted)`: the root's row is kept because it was not cached
+   before; the next root is the next token. Invariant (tested): the cache then equals a fresh
+   prefill of the accepted prefix.
+
+Notable choices:
+- The prompt is prefilled in full and the first new token drawn from that forward, exactly as
+  `generate_ar` does, so greedy outputs start from the same logits.
+- MAT (tau) counts committed tokens per target forward, prefill included and bonus token
+  included: plain AR is exactly 1.00.
+- A tree of the root only is exactly a naive decoding step: DyTC returns it when no draft is
+  predicted to pay (ALGORITHM.md §4 "fall back to plain decoding").
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from casspec_ref.cascades import (
+    DraftSampling,
+    ScheduleOptions,
+    ScheduleSpec,
+    StepDrafter,
+    make_schedule,
+)
+from casspec_ref.dsia.compose import Hierarchy
+from casspec_ref.dsia.prompt_lookup import PromptLookup, PromptLookupConfig
+from casspec_ref.dsia.virtual_draft import DraftRunner
+from casspec_ref.dytc import PLD, DyTCConfig
+from casspec_ref.generate import (
+    GenerationResult,
+    check_generation_args,
+    generate_ar,
+    make_rng,
+)
+from casspec_ref.kv_cache import KVCache
+from casspec_ref.plan import ExecutionPlan
+from casspec_ref.sampling import RandomSource, target_law
+from casspec_ref.tree import DraftTree
+from casspec_ref.verify import VerifyResult, verify_tree
+
+#: Every decoding method the loop (and the CLI's --method) knows.
+METHODS = (
+    "ar",
+    "pld",
+    "chain",
+    "vc",
+    "hc",
+    "vchc",
+    "swift-tree",
+    "static-tree",
+    "cas-spec",
+)
+
+
+@dataclass(frozen=True)
+class StepTrace:
+    """What `on_step` receives after each speculative step (for a --show-tree trace)."""
+
+    step: int
+    tree: DraftTree
+    sources: list[str]
+    result: VerifyResult
+    #: the tokens whose K/V the cache holds after the commit (prompt + committed, root included)
+    prefix: list[int]
+    #: the live cache after the commit (read it, do not modify it)
+    cache: KVCache
+
+
+def default_drafts(model: Any) -> tuple[ExecutionPlan, ...]:
+    """The DSIA hierarchy used when `drafts` is None, cheapest level first.
+
+    SmolLM2-sized fp32 models: layer skipping of the cheapest blocks (SMOLLM2.md) and int8
+    per-channel weights with 8-bit activations except ``mlp_down`` (agreement 0.78 at about half
+    a step). Small test models get early exit and a two-block skip, which run in any dtype.
+    """
+    from casspec_ref.dsia.act_quant import quant_plan
+
+    config = model.config
+    n = config.n_layers
+    if n >= 12:
+        skips = frozenset(i for i in (3, 4, 5, 6, 7, 10, 14) if i < n - 2)
+        levels = [ExecutionPlan(skip_attention=skips, skip_mlp=skips, name="skip7")]
+        dtype = next(model.parameters()).dtype
+        if dtype == torch.float32:
+            levels.append(quant_plan(8, 8, exclude={"mlp_down"}, fast=True, name="w8a8"))
+        return tuple(levels)
+    early = ExecutionPlan(exit_after=max(1, n - 1), name=f"exit{max(1, n - 1)}")
+    skip = ExecutionPlan(skip_mlp=frozenset({n // 2}), name=f"skipmlp{n // 2}")
+    return (early, skip)
+
+
+def _resolve_drafts(
+    model: Any, drafts: Hierarchy | Sequence[ExecutionPlan] | None
+) -> tuple[ExecutionPlan, ...]:
+    if drafts is None:
+        levels = default_drafts(model)
+    elif isinstance(drafts, Hierarchy):
+        levels = drafts.levels
+    else:
+        levels = tuple(drafts)
+    for plan in levels:
+        if not isinstance(plan, ExecutionPlan):
+            raise ValueError(
+                "drafts must be a Hierarchy or a sequence of ExecutionPlan, got "
+                f"{type(plan).__name__}"
+            )
+        plan.validate(model.config)
+    names = [plan.name for plan in levels]
+    if len(set(names)) != len(names) or PLD in names:
+        raise ValueError(
+            f"draft levels need unique names other than {PLD!r} (statistics are kept per name); "
+            f"got {names}"
+        )
+    return tuple(levels)
+
+
+def _as_list(prompt_ids: Sequence[int] | torch.Tensor) -> list[int]:
+    if isinstance(prompt_ids, torch.Tensor):
+        return [int(t) for t in prompt_ids.reshape(-1).tolist()]
+    return [int(t) if isinstance(t, np.integer) else t for t in prompt_ids]
+
+
+def generate_speculative(
+    model: Any,
+    prompt_ids: Sequence[int],
+    max_new_tokens: int,
+    *,
+    method: str = "cas-spec",
+    temperature: float = 0.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    seed: int | None = None,
+    rng: RandomSource | None = None,
+    stop_ids: Iterable[int] = (),
+    on_token: Callable[[int], None] | None = None,
+    drafts: Hierarchy | Sequence[ExecutionPlan] | None = None,
+    on_step: Callable[[StepTrace], None] | None = None,
+    **options: Any,
+) -> GenerationResult:
+    """Generate with speculative decoding; the output law equals `generate_ar`'s.
+
+    Args:
+        model: a `Transformer`.
+        prompt_ids: the prompt token ids (non-empty).
+        max_new_tokens: how many tokens to generate at most (>= 0).
+        method: one of `METHODS`.
+        temperature, top_k, top_p: the sampling transforms (temperature 0 = greedy).
+        seed, rng: where the randomness comes from (give at most one).
+        stop_ids: generation stops after emitting one of these.
+        on_token: called with each emitted token, in order.
+        drafts: the DSIA hierarchy, cheapest level first (default: `default_drafts(model)`).
+        on_step: called with a `StepTrace` after every step.
+        options: `dytc=DyTCConfig(...)`, `schedule=ScheduleOptions(...)`,
+            `pld=PromptLookupConfig(...)`, `clock=` a seconds counter (default
+            `time.perf_counter`; tests inject a deterministic one, because DyTC's decisions
+            depend on measured costs), `policy=` a `DyTCPolicy` to carry DyTC's estimates
+            across calls (updated in place; by default each call starts afresh).
+
+    Returns a `GenerationResult` whose ``stats`` hold ``mat`` (bonus included, prefill counted
+    as one forward), ``accepted_lengths`` (drafted tokens accepted per step), ``steps``,
+    ``target_forwards``, per-level ``proposed``/``accepted``, ``draft_forwards`` and the time
+    split ``time_draft_s``/``time_verify_s``/``time_other_s``.
+    """
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}: allowed are {', '.join(METHODS)}")
+    allowed = {"dytc", "schedule", "pld", "clock", "policy"}
+    unknown = sorted(set(options) - allowed)
+    if unknown:
+        raise ValueError(f"unknown options {unknown}: allowed are {sorted(allowed)}")
+    stop_list = [int(t) if isinstance(t, np.integer) else t for t in stop_ids]
+    prompt = check_generation_args(
+        model, _as_list(prompt_ids), max_new_tokens, temperature, top_k, top_p, stop_list
+    )
+    rng = make_rng(seed, rng)
+    if method == "ar":
+        ar = generate_ar(
+            model, prompt, max_new_tokens, temperature=temperature, top_k=top_k,
+            top_p=top_p, rng=rng, stop_ids=stop_list, on_token=on_token,
+        )  # fmt: skip
+        n = len(ar.tokens)
+        ar.stats.setdefault("accepted_lengths", [0] * max(0, n - 1))
+        ar.stats.setdefault("steps", max(0, n - 1))
+        return ar
+
+    config = model.config
+    stops = frozenset(stop_list)
+    dytc_config = options.get("dytc", DyTCConfig())
+    if options.get("policy") is not None:
+        dytc_config = options["policy"].config
+    sched_options = options.get("schedule", ScheduleOptions())
+    pld_config = options.get("pld", PromptLookupConfig())
+    clock: Callable[[], float] = options.get("clock", time.perf_counter)
+    if not isinstance(dytc_config, DyTCConfig) or not isinstance(sched_options, ScheduleOptions):
+        raise ValueError("options dytc and schedule must be DyTCConfig and ScheduleOptions")
+    levels = _resolve_drafts(model, drafts) if method != "pld" else ()
+    schedule = make_schedule(
+        method,
+        ScheduleSpec([p.name for p in levels], config.n_layers, dytc_config, options.get("policy")),
+    )
+    total = len(prompt) + max_new_tokens
+    sampling = DraftSampling(temperature, top_k, top_p)
+    max_nodes = max(dytc_config.max_tree_size, 64)
+    dtype = next(model.parameters()).dtype
+    device = next(model.parameters()).device
+    cache = KVCache(config, min(config.max_seq_len, total + max_nodes + 1), dtype, device)
+
+    stats: dict[str, Any] = {
+        "method": method,
+        "levels": [p.name for p in levels],
+        "accepted_lengths": [],
+        "steps": 0,
+        "target_forwards": 0,
+        "proposed": {},
+        "accepted": {},
+        "draft_forwards": 0,
+        "tree_sizes": [],
+    }
+    t_draft = t_verify = 0.0
+    t_start = clock()
+    tokens: list[int] = []
+    stopped = False
+
+    def emit(token: int) -> bool:
+        """Append one token; True when generation must stop."""
+        tokens.append(token)
+        if on_token is not None:
+            on_token(token)
+        return token in stops or len(tokens) >= max_new_tokens
+
+    with torch.no_grad():
+        if max_new_tokens > 0:
+            # Prefill: the whole prompt, then the first token from its last position.
+            t0 = clock()
+            prompt_t = torch.tensor([prompt], dtype=torch.long, device=device)  # (1, P)
+            logits = model.forward(prompt_t, None, cache=cache, last_only=True)  # (1, 1, V)
+            t_verify += clock() - t0
+            stats["target_forwards"] += 1
+            first = int(
+                rng.categorical(target_law(logits[0, -1], temperature, top_k, top_p).numpy())
+            )
+            stopped = first in stops
+            done = emit(first)
+            pld = PromptLookup(prompt + [first], pld_config)
+            levels_by_name = {p.name: p for p in levels}
+            while not done:
+                root = tokens[-1]
+                base = cache.length  # the verified prefix: prompt + tokens[:-1]
+                remaining = max_new_tokens - len(tokens)
+                t0 = clock()
+                runner = DraftRunner(model, cache) if levels else None
+                room = cache.max_len - base
+                drafter = StepDrafter(
+                    root, pld.tokens, runner, pld, levels_by_name, sampling, rng, sched_options,
+                    max_nodes=min(dytc_config.max_tree_size if method == "cas-spec" else max_nodes,
+                                  room),
+                    max_depth=max(0, min(remaining - 1, room - 1)),
+                    clock=clock,
+                )  # fmt: skip
+                if drafter.max_depth > 0:
+                    schedule.build(drafter)
+                if runner is not None:
+                    stats["draft_forwards"] += runner.forwards
+                    runner.release()
+                t_draft += clock() - t0
+
+                tree = drafter.tree
+                t0 = clock()
+                node_tokens = torch.tensor([tree.tokens], dtype=torch.long, device=device)  # (1,N)
+                positions = tree.positions(base)[None].to(device)  # (1, N)
+                mask = tree.attention_mask(base).to(device)  # (N, base + N)
+                logits = model.forward(node_tokens, positions, cache=cache, attn_mask=mask)
+                t_verify_step = clock() - t0
+                t_verify += t_verify_step
+                stats["target_forwards"] += 1
+
+                target_probs = target_law(logits[0], temperature, top_k, top_p).numpy()  # (N, V)
+                result = verify_tree(
+                    tree, target_probs, rng, stop_ids=stops, max_accept=remaining - 1
+                )
+                cache.commit(base, [0, *result.accepted])
+                schedule.observe(drafter, result.accepted, t_verify_step, base)
+
+                stats["steps"] += 1
+                stats["accepted_lengths"].append(len(result.accepted))
+                stats["tree_sizes"].append(len(tree))
+                for node in range(1, len(tree)):
+                    source = drafter.info[node].source
+                    stats["proposed"][source] = stats["proposed"].get(source, 0) + 1
+                for node in result.accepted:
+                    source = drafter.info[node].source
+                    stats["accepted"][source] = stats["accepted"].get(source, 0) + 1
+                if on_step is not None:
+                    sources = [info.source for info in drafter.info]
+                    prefix = prompt + tokens + result.accepted_tokens
+                    on_step(StepTrace(stats["steps"], tree, sources, result, prefix, cache))
+
+                for token in result.emitted:
+                    pld.append(token)
+                    done = emit(token)
+                    if done:
+                        stopped = token in stops
+                        break
+                if result.stopped:
+                    stopped, done = True, True
+
+    elapsed = clock() - t_start
+    forwards = max(1, stats["target_forwards"])
+    stats["mat"] = len(tokens) / forwards if tokens else 0.0
+    stats["time_draft_s"] = t_draft
+    stats["time_verify_s"] = t_verify
+    stats["time_other_s"] = max(0.0, elapsed - t_draft - t_verify)
+    timing = {
+        "total_s": elapsed,
+        "tokens_per_s": len(tokens) / elapsed if elapsed > 0 else 0.0,
+    }
+    return GenerationResult(
+        tokens=tokens, prompt_ids=prompt, stopped=stopped, timing=timing, stats=stats
+    )

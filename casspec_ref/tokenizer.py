@@ -1,0 +1,461 @@
+"""The tokenizer: a tiktoken ``Encoding`` built from the checkpoint's own vocabulary, plus ChatML.
+
+Scope: text <-> token ids for byte-level BPE checkpoints (SmolLM2, GPT-2), and the chat template
+of SmolLM2-Instruct. Not part of the paper: speculative decoding works on ids, but the real-model
+tests and the CLI need text in and out. Nothing is downloaded: the vocabulary and merges come
+from the GGUF file (``tokenizer.ggml.*``) or from a Hugging Face ``tokenizer.json``.
+
+How the tiktoken ``Encoding`` is built, and why it is exact for SmolLM2:
+- tiktoken's BPE repeatedly merges the adjacent pair whose concatenation has the lowest *rank*
+  and emits the rank as the token id. Hugging Face BPE merges the pair that comes first in the
+  merge list. The two agree when "rank = token id" orders merge results like the merge list,
+  which holds for SmolLM2 (ids of merge results increase along the merge list; checked for
+  ``tokenizer.json`` input, stated in SMOLLM2.md for the GGUF and checked against the
+  ``tokenizers`` library in ``tests/test_tokenizer.py``).
+- Byte-level BPE stores each byte as a printable unicode character (the GPT-2 byte<->unicode
+  table, rebuilt in :func:`bytes_to_unicode`); tiktoken wants raw bytes, so every token string
+  is mapped back through the inverse table.
+- Special tokens are those with GGUF ``token_type == 3`` (CONTROL), or ``special: true`` in
+  ``tokenizer.json``. They never come out of BPE; :meth:`Tokenizer.encode` only produces them
+  when ``allow_special=True``.
+- Pre-tokenization: SmolLM2 splits digits one by one and a digit also ends a whitespace run;
+  :data:`SMOLLM2_PATTERN` reproduces ``Digits(individual_digits=True) + ByteLevel(use_regex)``
+  (SMOLLM2.md: matched token for token on 5000 random strings and 417 files). GPT-2 uses
+  :data:`GPT2_PATTERN`.
+
+Decisions and deviations:
+- Bytes without a token. 21 byte values (0x04, 0x06, ..., 0xF5-0xFF) have no single-byte token
+  in SmolLM2's vocabulary; tiktoken panics (a ``BaseException``) on them and the ``tokenizers``
+  library silently drops them. We *reject* such text with a ``ValueError`` naming the character,
+  checked before tiktoken is called: silently changing the user's text is worse for a reference.
+- ``encode(text)`` treats special-token strings inside ``text`` as plain text (tiktoken's
+  ``encode_ordinary``); pass ``allow_special=True`` to parse them. ``apply_chat_template`` inserts
+  the ChatML special ids itself and encodes roles and contents as plain text, so a message
+  containing ``<|im_end|>`` cannot forge a turn. For ordinary messages the ids are identical to
+  rendering the template to a string and tokenizing it (the text between special tokens is
+  tokenized on its own either way).
+- ``stop_ids`` = eos, ``<|im_end|>`` and ``<|endoftext|>`` when the vocabulary has them.
+- ``from_gguf`` reads the GGUF key/value section with :func:`read_gguf_metadata`, a ~60-line
+  parser kept beside its only user: ``gguf.GGUFReader`` would also work (``from_gguf_reader``,
+  used by ``weights.load_model`` which opens one anyway) but spends seconds turning 98k strings
+  into numpy views. The tests check both paths give the same tokenizer.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import tiktoken
+
+# Pre-tokenizer of SmolLM2 (tokenizer.ggml.pre = "smollm"); see the module docstring.
+SMOLLM2_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+|\s+(?![^\s\p{N}])|\s+"
+# Pre-tokenizer of GPT-2 (the regex of its ``encoder.py``; also ByteLevel(use_regex=True)).
+GPT2_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+
+# GGUF ``tokenizer.ggml.pre`` value -> pattern.
+PRETOKENIZER_PATTERNS: dict[str, str] = {"smollm": SMOLLM2_PATTERN, "gpt-2": GPT2_PATTERN}
+
+DEFAULT_SYSTEM_PROMPT = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+
+_GGUF_CONTROL = 3  # llama.cpp's LLAMA_TOKEN_TYPE_CONTROL
+
+
+@lru_cache(maxsize=1)
+def bytes_to_unicode() -> dict[int, str]:
+    """The GPT-2 byte -> printable character table used by byte-level BPE vocabularies.
+
+    Bytes that are already printable, non-space Latin-1 characters stand for themselves; the
+    other 68 bytes (controls, space, 0x7F-0xA0, 0xAD) are given the code points 256, 257, ...
+    in byte order, so that every token string is printable and whitespace-free.
+    """
+    printable = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    ]
+    table = {b: chr(b) for b in printable}
+    next_code = 256
+    for b in range(256):
+        if b not in table:
+            table[b] = chr(next_code)
+            next_code += 1
+    return table
+
+
+def _token_bytes(token: str, unicode_to_byte: Mapping[str, int]) -> bytes:
+    try:
+        return bytes(unicode_to_byte[ch] for ch in token)
+    except KeyError as err:
+        raise ValueError(
+            f"token {token!r} is not a byte-level BPE token: character {err.args[0]!r} is not "
+            "in the GPT-2 byte<->unicode table"
+        ) from None
+
+
+class Tokenizer:
+    """Byte-level BPE tokenizer (tiktoken engine) with the ChatML chat template.
+
+    Build it with :meth:`from_gguf`, :meth:`from_hf_tokenizer_json`, or directly from a token
+    list (index = id) and the set of special ids.
+    """
+
+    def __init__(
+        self,
+        tokens: Sequence[str],
+        special_ids: set[int] | frozenset[int],
+        pattern: str = SMOLLM2_PATTERN,
+        bos_id: int | None = None,
+        eos_id: int | None = None,
+        name: str = "casspec_bpe",
+    ) -> None:
+        if not tokens:
+            raise ValueError("the vocabulary is empty")
+        unicode_to_byte = {ch: b for b, ch in bytes_to_unicode().items()}
+        mergeable_ranks: dict[bytes, int] = {}
+        special_tokens: dict[str, int] = {}
+        for token_id, token in enumerate(tokens):
+            if token_id in special_ids:
+                special_tokens[token] = token_id
+                continue
+            raw = _token_bytes(token, unicode_to_byte)
+            if raw in mergeable_ranks:
+                raise ValueError(
+                    f"tokens {mergeable_ranks[raw]} and {token_id} decode to the same bytes {raw!r}"
+                )
+            mergeable_ranks[raw] = token_id
+        for special_id in (bos_id, eos_id):
+            if special_id is not None and not 0 <= special_id < len(tokens):
+                raise ValueError(
+                    f"special id {special_id} is outside the vocabulary [0, {len(tokens)})"
+                )
+
+        self.vocab_size = len(tokens)
+        self.tokens: tuple[str, ...] = tuple(tokens)
+        self.special_tokens: dict[str, int] = special_tokens
+        self.bos_id = bos_id
+        self.eos_id = eos_id
+        self.im_start_id = special_tokens.get("<|im_start|>")
+        self.im_end_id = special_tokens.get("<|im_end|>")
+        self.endoftext_id = special_tokens.get("<|endoftext|>")
+        # tiktoken panics (BaseException) on a byte with no token: remember which bytes have one
+        # so that encode() can reject the text first. ``bytes.translate(None, delete)`` removes
+        # the encodable bytes in C, leaving only the offending ones.
+        single = bytes(sorted(raw[0] for raw in mergeable_ranks if len(raw) == 1))
+        self._encodable_bytes = single
+        self.unencodable_bytes = frozenset(set(range(256)) - set(single))
+        self._encoding = tiktoken.Encoding(
+            name,
+            pat_str=pattern,
+            mergeable_ranks=mergeable_ranks,
+            special_tokens=special_tokens,
+        )
+
+    # ----------------------------------------------------------------------------- builders
+
+    @classmethod
+    def from_gguf(cls, path: str | Path) -> Tokenizer:
+        """Build the tokenizer from a GGUF file's ``tokenizer.ggml.*`` metadata.
+
+        Reads only the metadata section (our small parser, :func:`read_gguf_metadata`), which
+        takes a fraction of a second where opening a ``gguf.GGUFReader`` takes seconds.
+        """
+        path = Path(path)
+        return cls.from_gguf_metadata(read_gguf_metadata(path), name=path.name)
+
+    @classmethod
+    def from_gguf_reader(cls, reader: Any, name: str = "gguf") -> Tokenizer:
+        """Build the tokenizer from an open ``gguf.GGUFReader`` (shared with the weight loader)."""
+        metadata = {
+            key: field.contents()
+            for key, field in reader.fields.items()
+            if key.startswith("tokenizer.ggml.")
+        }
+        return cls.from_gguf_metadata(metadata, name)
+
+    @classmethod
+    def from_gguf_metadata(cls, metadata: Mapping[str, Any], name: str = "gguf") -> Tokenizer:
+        """Build the tokenizer from GGUF metadata given as a ``{key: value}`` mapping."""
+        model = metadata.get("tokenizer.ggml.model")
+        if model != "gpt2":
+            raise ValueError(
+                f"{name}: tokenizer.ggml.model is {model!r}; only byte-level BPE ('gpt2') is "
+                "supported"
+            )
+        pre = metadata.get("tokenizer.ggml.pre") or "gpt-2"
+        if pre not in PRETOKENIZER_PATTERNS:
+            raise ValueError(
+                f"{name}: unknown pre-tokenizer {pre!r}; supported: {sorted(PRETOKENIZER_PATTERNS)}"
+            )
+        tokens = metadata.get("tokenizer.ggml.tokens")
+        types = metadata.get("tokenizer.ggml.token_type")
+        if tokens is None or types is None or len(tokens) != len(types):
+            raise ValueError(f"{name}: tokenizer.ggml.tokens / token_type are missing or differ")
+        special = frozenset(i for i, kind in enumerate(types) if int(kind) == _GGUF_CONTROL)
+        bos = metadata.get("tokenizer.ggml.bos_token_id")
+        eos = metadata.get("tokenizer.ggml.eos_token_id")
+        return cls(
+            list(tokens),
+            special,
+            pattern=PRETOKENIZER_PATTERNS[str(pre)],
+            bos_id=None if bos is None else int(bos),
+            eos_id=None if eos is None else int(eos),
+            name=f"gguf:{name}",
+        )
+
+    @classmethod
+    def from_hf_tokenizer_json(
+        cls, path: str | Path, bos_id: int | None = None, eos_id: int | None = None
+    ) -> Tokenizer:
+        """Build the tokenizer from a Hugging Face ``tokenizer.json`` (byte-level BPE only).
+
+        Accepted pre-tokenizers: ``ByteLevel(use_regex=True)`` (GPT-2) and
+        ``Sequence[Digits(individual_digits=True), ByteLevel(use_regex=True)]`` (SmolLM2).
+        Raises ``ValueError`` for anything else, and when the merge list is not ordered like the
+        ids of the merged tokens (tiktoken's rank = id would then merge in another order).
+        ``tokenizer.json`` does not say which tokens are bos/eos: pass them (``load_model``
+        takes them from ``config.json``).
+        """
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"tokenizer.json not found: {path}")
+        try:
+            spec = json.loads(path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise ValueError(f"{path}: not valid JSON ({err})") from None
+        model = spec.get("model") or {}
+        if model.get("type") != "BPE":
+            raise ValueError(f"{path}: model type {model.get('type')!r}; only 'BPE' is supported")
+        pattern = _hf_pattern(spec.get("pre_tokenizer"))
+        if pattern is None:
+            raise ValueError(
+                f"{path}: pre_tokenizer {json.dumps(spec.get('pre_tokenizer'))[:200]} is not "
+                "supported; allowed: ByteLevel(use_regex=True), or Digits(individual_digits=True) "
+                "followed by ByteLevel"
+            )
+        vocab: dict[str, int] = dict(model.get("vocab") or {})
+        specials: set[int] = set()
+        for added in spec.get("added_tokens") or []:
+            vocab.setdefault(added["content"], added["id"])
+            if added.get("special"):
+                specials.add(int(added["id"]))
+        if sorted(vocab.values()) != list(range(len(vocab))):
+            raise ValueError(f"{path}: token ids are not the contiguous range 0..{len(vocab) - 1}")
+        tokens = [""] * len(vocab)
+        for token, token_id in vocab.items():
+            tokens[token_id] = token
+        _check_merge_order(path, model.get("merges") or [], vocab)
+        return cls(tokens, frozenset(specials), pattern, bos_id, eos_id, name=f"hf:{path.name}")
+
+    # ----------------------------------------------------------------------------- encode
+
+    def encode(self, text: str, allow_special: bool = False) -> list[int]:
+        """Token ids of ``text`` (no BOS is added: SmolLM2 does not add one).
+
+        ``allow_special=False`` (default) encodes special-token strings as plain text.
+        Raises ``ValueError`` when ``text`` contains a byte that has no token.
+        """
+        if not isinstance(text, str):
+            raise ValueError(f"text must be a str, got {type(text).__name__}")
+        self._check_encodable(text)
+        if allow_special:
+            return self._encoding.encode(text, allowed_special="all")
+        return self._encoding.encode_ordinary(text)
+
+    def _check_encodable(self, text: str) -> None:
+        try:
+            data = text.encode("utf-8")
+        except UnicodeEncodeError as err:
+            raise ValueError(
+                f"text is not encodable as UTF-8 (lone surrogate at index {err.start})"
+            ) from None
+        leftover = data.translate(None, self._encodable_bytes)
+        if not leftover:
+            return
+        bad_byte = leftover[0]
+        for ch in text:
+            if bad_byte in ch.encode("utf-8"):
+                raise ValueError(
+                    f"character {ch!r} (U+{ord(ch):04X}) contains byte 0x{bad_byte:02X}, which "
+                    f"has no token in this vocabulary; bytes without a token: "
+                    f"{', '.join(f'0x{b:02X}' for b in sorted(self.unencodable_bytes))}"
+                )
+        raise AssertionError("unreachable: the offending byte must belong to a character")
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of ``ids`` (invalid UTF-8, e.g. a cut multi-byte character, becomes U+FFFD)."""
+        ids = [int(i) for i in ids]
+        for token_id in ids:
+            if not 0 <= token_id < self.vocab_size:
+                raise ValueError(
+                    f"token id {token_id} is outside the vocabulary [0, {self.vocab_size})"
+                )
+        return self._encoding.decode(ids, errors="replace")
+
+    def decode_bytes(self, ids: Sequence[int]) -> bytes:
+        """Raw bytes of ``ids`` (useful when streaming: a character may span two tokens)."""
+        return self._encoding.decode_bytes([int(i) for i in ids])
+
+    # ----------------------------------------------------------------------------- chat
+
+    @property
+    def stop_ids(self) -> tuple[int, ...]:
+        """Ids that end a generation: eos, ``<|im_end|>``, ``<|endoftext|>`` (those present)."""
+        found = {self.eos_id, self.im_end_id, self.endoftext_id} - {None}
+        return tuple(sorted(i for i in found if i is not None))
+
+    def apply_chat_template(
+        self,
+        messages: list[dict[str, str]],
+        add_generation_prompt: bool = True,
+        system_prompt: str = DEFAULT_SYSTEM_PROMPT,
+    ) -> list[int]:
+        """ChatML ids of ``messages`` as SmolLM2-Instruct's template renders them.
+
+        ``<|im_start|>system\\n{system_prompt}<|im_end|>\\n`` first when the first message is not
+        a system message, then ``<|im_start|>{role}\\n{content}<|im_end|>\\n`` per message, then
+        ``<|im_start|>assistant\\n`` when ``add_generation_prompt``.
+        """
+        if self.im_start_id is None or self.im_end_id is None:
+            raise ValueError("this vocabulary has no <|im_start|>/<|im_end|>: no ChatML template")
+        if not isinstance(messages, list) or not messages:
+            raise ValueError("messages must be a non-empty list of {'role': ..., 'content': ...}")
+        for index, message in enumerate(messages):
+            if not (
+                isinstance(message, dict)
+                and isinstance(message.get("role"), str)
+                and isinstance(message.get("content"), str)
+                and message["role"]
+            ):
+                raise ValueError(
+                    f"messages[{index}] must be a dict with a non-empty str 'role' and a str "
+                    f"'content', got {message!r}"
+                )
+        turns = [(m["role"], m["content"]) for m in messages]
+        if turns[0][0] != "system":
+            turns.insert(0, ("system", system_prompt))
+        newline = self.encode("\n")
+        ids: list[int] = []
+        for role, content in turns:
+            ids += [self.im_start_id, *self.encode(f"{role}\n{content}"), self.im_end_id, *newline]
+        if add_generation_prompt:
+            ids += [self.im_start_id, *self.encode("assistant\n")]
+        return ids
+
+
+def _hf_pattern(pre_tokenizer: object) -> str | None:
+    """Our tiktoken pattern for a ``tokenizer.json`` pre-tokenizer, or None if unsupported."""
+    if not isinstance(pre_tokenizer, dict):
+        return None
+    kind = pre_tokenizer.get("type")
+    if kind == "ByteLevel" and pre_tokenizer.get("use_regex", True):
+        if pre_tokenizer.get("add_prefix_space"):
+            return None  # a prefix space changes the text: not modelled
+        return GPT2_PATTERN
+    if kind == "Sequence":
+        steps = pre_tokenizer.get("pretokenizers") or []
+        if (
+            len(steps) == 2
+            and steps[0].get("type") == "Digits"
+            and steps[0].get("individual_digits")
+            and _hf_pattern(steps[1]) == GPT2_PATTERN
+        ):
+            return SMOLLM2_PATTERN
+    return None
+
+
+def _check_merge_order(path: Path, merges: list[object], vocab: Mapping[str, int]) -> None:
+    # tiktoken emits ranks as ids, so "rank = id" must sort merge results like the merge list.
+    previous = -1
+    for index, merge in enumerate(merges):
+        pair = merge.split(" ", 1) if isinstance(merge, str) else merge
+        if not (isinstance(pair, list) and len(pair) == 2):
+            raise ValueError(f"{path}: merge {index} is {merge!r}, not 'left right' or a pair")
+        left, right = str(pair[0]), str(pair[1])
+        merged = vocab.get(left + right)
+        if merged is None:
+            raise ValueError(f"{path}: merge {index} ({left!r}, {right!r}) has no merged token")
+        if merged <= previous:
+            raise ValueError(
+                f"{path}: merge {index} yields id {merged} after id {previous}; rank = id would "
+                "not reproduce this merge order, which this tokenizer requires"
+            )
+        previous = merged
+
+
+# GGUF value types (the GGUF specification, ggml's docs/gguf.md): id -> struct format.
+_GGUF_SCALARS = {
+    0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d",
+}  # fmt: skip
+_GGUF_STRING, _GGUF_ARRAY = 8, 9
+
+
+def read_gguf_metadata(path: str | Path) -> dict[str, Any]:
+    """The key/value metadata of a GGUF file (v2/v3, little-endian), without its tensors.
+
+    Layout: magic ``GGUF``, u32 version, u64 tensor count, u64 key/value count, then per key a
+    u64-length UTF-8 string, a u32 value type and the value (strings are u64 length + bytes;
+    arrays are u32 item type + u64 count + items). Only as many bytes as the metadata needs are
+    parsed; a truncated or corrupted file raises ``ValueError``.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"GGUF file not found: {path}")
+    data = path.read_bytes()  # the whole file: the metadata sits at its start
+    try:
+        return _parse_gguf_metadata(data)
+    except (struct.error, UnicodeDecodeError, IndexError) as err:
+        raise ValueError(f"{path}: truncated or corrupted GGUF metadata ({err})") from None
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}") from None
+
+
+def _parse_gguf_metadata(data: bytes) -> dict[str, Any]:
+    if data[:4] != b"GGUF":
+        raise ValueError(f"not a GGUF file (magic {data[:4]!r}, expected b'GGUF')")
+    version, _n_tensors, n_kv = struct.unpack_from("<IQQ", data, 4)
+    if version not in (2, 3):
+        raise ValueError(f"GGUF version {version} is not supported (2 or 3)")
+    offset = 24
+
+    def read_string() -> str:
+        nonlocal offset
+        (length,) = struct.unpack_from("<Q", data, offset)
+        if offset + 8 + length > len(data):
+            raise struct.error("string runs past the end of the file")
+        text = data[offset + 8 : offset + 8 + length].decode("utf-8")
+        offset += 8 + length
+        return text
+
+    def read_value(kind: int) -> Any:
+        nonlocal offset
+        if kind in _GGUF_SCALARS:
+            fmt = "<" + _GGUF_SCALARS[kind]
+            (value,) = struct.unpack_from(fmt, data, offset)
+            offset += struct.calcsize(fmt)
+            return value
+        if kind == _GGUF_STRING:
+            return read_string()
+        if kind == _GGUF_ARRAY:
+            item_kind, count = struct.unpack_from("<IQ", data, offset)
+            offset += 12
+            if item_kind in _GGUF_SCALARS and item_kind != 7:
+                # Numeric arrays in one call (the 49152 token types, for instance).
+                fmt = f"<{count}{_GGUF_SCALARS[item_kind]}"
+                values = list(struct.unpack_from(fmt, data, offset))
+                offset += struct.calcsize(fmt)
+                return values
+            return [read_value(item_kind) for _ in range(count)]
+        raise ValueError(f"unknown GGUF value type {kind} at byte {offset}")
+
+    metadata: dict[str, Any] = {}
+    for _ in range(n_kv):
+        key = read_string()
+        (kind,) = struct.unpack_from("<I", data, offset)
+        offset += 4
+        metadata[key] = read_value(kind)
+    return metadata

@@ -1,0 +1,216 @@
+"""The draft token tree: nodes, how each node's children were proposed, tree attention.
+
+Scope (ALGORITHM.md §4 "verify the whole tree in one target forward", §5 node rules): a
+`DraftTree` holds the drafted tokens of one speculative step, the law each sampled token was
+drawn from, and how the children of every node were proposed (`ChildRule`). The verifier
+(casspec_ref.verify) reads it; the speculative loop feeds its nodes to one target forward with
+`attention_mask` and `positions`.
+
+Conventions and choices:
+- Node 0 is the root: the last committed token, not yet in the KV cache. Its children are the
+  first drafted tokens. Nodes are numbered in insertion order, and a parent is always added
+  before its children, so node order is a topological order (the order of the target forward).
+- One rule per parent. The rule of a node's children is fixed by its first child; adding a child
+  with another rule raises `ValueError`. To mix a deterministic proposal (say a prompt-lookup
+  token) with sampled siblings, declare the parent `INDEPENDENT` and give the deterministic child
+  a one-hot draft law on its token: rule 2 with a one-hot q is exactly rule 4 for that child
+  (accept with probability p_i(x), on rejection zero x in the residual).
+- `WITHOUT_REPLACEMENT` children carry the *unconditional* law q they were drawn from, in
+  drawing order, and must be distinct tokens; the verifier derives the conditional laws itself
+  (ALGORITHM.md §5 rule 3). `INDEPENDENT` children each carry their own q_i and may repeat a
+  token. `DETERMINISTIC` children carry no law and may repeat a token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+import numpy as np
+import torch
+
+
+class ChildRule(Enum):
+    """How the children of one node were proposed (ALGORITHM.md §5 rules 1-4)."""
+
+    INDEPENDENT = "independent"  # child i drawn from its own law q_i (rules 1 and 2)
+    WITHOUT_REPLACEMENT = "without_replacement"  # children drawn in order from one q (rule 3)
+    DETERMINISTIC = "deterministic"  # top-k, argmax chains, prompt lookup, reviewed tokens (rule 4)
+
+
+@dataclass
+class TreeNode:
+    """One node: its token, its parent (-1 for the root), and the law it was drawn from."""
+
+    token: int
+    parent: int
+    depth: int
+    draft_probs: np.ndarray | None = None
+    child_rule: ChildRule | None = None
+    children: list[int] = field(default_factory=list)
+
+
+class DraftTree:
+    """A token tree rooted at the last committed token (node 0)."""
+
+    def __init__(self, root_token: int) -> None:
+        _check_token(root_token)
+        self.nodes: list[TreeNode] = [TreeNode(token=int(root_token), parent=-1, depth=0)]
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def add_child(
+        self,
+        parent: int,
+        token: int,
+        rule: ChildRule,
+        draft_probs: np.ndarray | None = None,
+    ) -> int:
+        """Add a drafted token under ``parent`` and return its node index.
+
+        ``rule`` says how ``parent``'s children are proposed and must agree with earlier
+        siblings. ``draft_probs`` is the (processed) law the token was drawn from: required for
+        `INDEPENDENT` (its own q_i) and `WITHOUT_REPLACEMENT` (the one unconditional q shared by
+        all siblings), forbidden for `DETERMINISTIC`. The array is kept by reference and never
+        modified.
+        """
+        if not isinstance(rule, ChildRule):
+            raise ValueError(f"rule must be a ChildRule, got {rule!r}")
+        if not (isinstance(parent, int | np.integer) and 0 <= parent < len(self.nodes)):
+            raise ValueError(
+                f"parent must be an existing node index in [0, {len(self)}), got {parent}"
+            )
+        _check_token(token)
+        node = self.nodes[parent]
+        if node.child_rule is not None and node.child_rule is not rule:
+            raise ValueError(
+                f"node {parent} already has {node.child_rule.value} children; one rule per parent "
+                f"(got {rule.value}). Use INDEPENDENT with a one-hot law for a deterministic child."
+            )
+        if rule is ChildRule.DETERMINISTIC:
+            if draft_probs is not None:
+                raise ValueError("DETERMINISTIC children carry no draft law; pass draft_probs=None")
+        else:
+            if draft_probs is None:
+                raise ValueError(f"{rule.value} children need the draft law they were drawn from")
+            draft_probs = _as_law(draft_probs)
+            if not 0 <= int(token) < draft_probs.shape[0]:
+                raise ValueError(f"token {token} is outside the draft law's vocabulary")
+        if rule is ChildRule.WITHOUT_REPLACEMENT and node.children:
+            first = self.nodes[node.children[0]].draft_probs
+            assert first is not None
+            assert draft_probs is not None
+            if first is not draft_probs and not np.array_equal(first, draft_probs):
+                raise ValueError(
+                    "WITHOUT_REPLACEMENT siblings must share the one unconditional law q they "
+                    "were drawn from"
+                )
+            if any(self.nodes[c].token == int(token) for c in node.children):
+                raise ValueError(f"token {token} repeats a WITHOUT_REPLACEMENT sibling")
+        node.child_rule = rule
+        index = len(self.nodes)
+        self.nodes.append(
+            TreeNode(token=int(token), parent=parent, depth=node.depth + 1, draft_probs=draft_probs)
+        )
+        node.children.append(index)
+        return index
+
+    # Read-only views -----------------------------------------------------------------------
+
+    def token(self, node: int) -> int:
+        return self.nodes[node].token
+
+    def parent(self, node: int) -> int:
+        return self.nodes[node].parent
+
+    def depth(self, node: int) -> int:
+        return self.nodes[node].depth
+
+    def children(self, node: int) -> list[int]:
+        return list(self.nodes[node].children)
+
+    def child_rule(self, node: int) -> ChildRule | None:
+        return self.nodes[node].child_rule
+
+    def draft_probs(self, node: int) -> np.ndarray | None:
+        return self.nodes[node].draft_probs
+
+    @property
+    def tokens(self) -> list[int]:
+        """Every node's token in node order (the input of the tree verify forward)."""
+        return [n.token for n in self.nodes]
+
+    @property
+    def max_depth(self) -> int:
+        return max(n.depth for n in self.nodes)
+
+    def path_to(self, node: int) -> list[int]:
+        """Node indices from the first drafted node down to ``node`` (root excluded)."""
+        if not 0 <= node < len(self.nodes):
+            raise ValueError(f"node must be in [0, {len(self)}), got {node}")
+        path = []
+        while node != 0:
+            path.append(node)
+            node = self.nodes[node].parent
+        return path[::-1]
+
+    def ancestors_mask(self) -> torch.Tensor:
+        """(N, N) bool: entry [i, j] is True when node j is node i or one of its ancestors."""
+        n = len(self.nodes)
+        mask = torch.zeros((n, n), dtype=torch.bool)  # (N, N)
+        for i, node in enumerate(self.nodes):
+            # Parents precede children, so the parent's row is already complete.
+            if node.parent >= 0:
+                mask[i] = mask[node.parent]
+            mask[i, i] = True
+        return mask
+
+    def attention_mask(self, prefix_len: int) -> torch.Tensor:
+        """(N, prefix_len + N) bool for a tree verify forward over every node in node order.
+
+        Node i sees the whole cached prefix (``prefix_len`` tokens, the root excluded: the root is
+        node 0 of this forward), its ancestors and itself.
+        """
+        if prefix_len < 0:
+            raise ValueError(f"prefix_len must be >= 0, got {prefix_len}")
+        n = len(self.nodes)
+        prefix = torch.ones((n, prefix_len), dtype=torch.bool)  # (N, prefix_len)
+        return torch.cat([prefix, self.ancestors_mask()], dim=1)  # (N, prefix_len + N)
+
+    def positions(self, prefix_len: int) -> torch.Tensor:
+        """(N,) long: the position of each node, ``prefix_len + depth`` (the root at prefix_len)."""
+        if prefix_len < 0:
+            raise ValueError(f"prefix_len must be >= 0, got {prefix_len}")
+        return torch.tensor([prefix_len + n.depth for n in self.nodes], dtype=torch.long)  # (N,)
+
+
+def chain_tree(
+    root_token: int, tokens: list[int], draft_probs: list[np.ndarray] | None
+) -> DraftTree:
+    """A chain (one child per node): sampled from ``draft_probs[i]``, or deterministic if None."""
+    tree = DraftTree(root_token)
+    node = 0
+    for i, token in enumerate(tokens):
+        if draft_probs is None:
+            node = tree.add_child(node, token, ChildRule.DETERMINISTIC)
+        else:
+            node = tree.add_child(node, token, ChildRule.INDEPENDENT, draft_probs[i])
+    return tree
+
+
+def _check_token(token: int) -> None:
+    if not isinstance(token, int | np.integer) or isinstance(token, bool) or token < 0:
+        raise ValueError(f"a token must be a non-negative integer id, got {token!r}")
+
+
+def _as_law(probs: np.ndarray | torch.Tensor) -> np.ndarray:
+    """A 1-D numpy law (float64, or object for Fractions); torch tensors are converted."""
+    if isinstance(probs, torch.Tensor):
+        probs = probs.detach().to("cpu", torch.float64).numpy()
+    law = np.asarray(probs)
+    if law.ndim != 1 or law.shape[0] == 0:
+        raise ValueError(f"a draft law must be a non-empty 1-D array, got shape {law.shape}")
+    if law.dtype != object and law.dtype != np.float64:
+        law = law.astype(np.float64)
+    return law

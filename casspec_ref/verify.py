@@ -1,0 +1,253 @@
+"""THE verifier: lossless rejection sampling over a draft token tree (chains are trees).
+
+Scope (ALGORITHM.md §5, rules 1-5; proofs in docs/algorithm.md): every decoder in casspec_ref
+calls `verify_tree`. Starting at the root, the verifier tests the children of the current node
+in their drafting order against the current residual of the processed target law p at that node,
+following the rule the node declares (`ChildRule`):
+
+- INDEPENDENT (rules 1 and 2): child x_i ~ q_i is accepted with probability
+  min(1, r_i(x_i) / q_i(x_i)); on rejection r_(i+1) = norm(max(r_i - q_i, 0)). A chain is the
+  case of one child.
+- WITHOUT_REPLACEMENT (rule 3): the same test, with q_i the conditional law the i-th child was
+  really drawn from: q with the earlier children removed and renormalized.
+- DETERMINISTIC (rule 4): the same test with q_i = the one-hot law on x_i, i.e. accept with
+  probability r_i(x_i), on rejection zero x_i and renormalize. A duplicate deterministic child
+  therefore has r_i(x) = 0 and is rejected.
+
+When a child is accepted the walk moves to it; when every child is rejected (or the node is a
+leaf) the next token is drawn from the current residual, which is p itself at a node whose
+children were not tested (the bonus token, rule 5). Greedy decoding is the temperature-0 case:
+p is one-hot and every rule above follows the child equal to argmax p, with no randomness
+(`TorchRandomSource` draws no uniform for a probability of 0 or 1).
+
+Notable choices:
+- Laws are 1-D numpy arrays, float64 or object arrays of `fractions.Fraction`: the same code runs
+  in both, so casspec_ref.oracle can prove the rules exact. Only numpy vector operations touch the
+  vocabulary axis (real vocabularies are 49152 wide). The caller's arrays are never modified.
+- A child whose draft law gives its token probability 0 is rejected (it cannot have been drawn
+  from that law; rejecting avoids a division by zero).
+- If max(r - q, 0) has no mass, the rejection that led there had probability 0; the residual is
+  then left unchanged rather than dividing by zero (exact renormalization, no epsilon).
+- Stop tokens: a drafted node whose token is in ``stop_ids`` can be accepted, but then nothing
+  more is accepted and no next token is drawn: ``next_token`` is None and ``stopped`` is True.
+  A stop token drawn as the next token is returned normally.
+- Length limit: after ``max_accept`` accepted drafted tokens the children of the current node are
+  not tested and the next token is drawn from p at that node, exactly as at a leaf. This is
+  lossless: which children exist never changes the law of what is emitted (docs/algorithm.md).
+- Coins are fresh for every decision: one Bernoulli draw per tested child, one categorical draw
+  for the next token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import numpy as np
+import torch
+
+from casspec_ref.sampling import RandomSource
+from casspec_ref.tree import ChildRule, DraftTree
+
+#: How far a float64 law's sum may be from 1 before it is refused as "not a law".
+LAW_SUM_TOLERANCE = 1e-6
+
+
+@dataclass
+class VerifyResult:
+    """What one verification produced.
+
+    Attributes:
+        accepted: node indices of the accepted path, root excluded, in order.
+        accepted_tokens: the tokens of those nodes.
+        next_token: the residual sample or the bonus token; None after an accepted stop token.
+        stopped: True when the last accepted node is a stop token.
+        decisions: ``(child node, accepted?)`` for every child tested, in order (for alpha
+            statistics: acceptance estimates must come from these, never from the coins).
+    """
+
+    accepted: list[int]
+    accepted_tokens: list[int]
+    next_token: int | None
+    stopped: bool = False
+    decisions: list[tuple[int, bool]] = field(default_factory=list)
+
+    @property
+    def emitted(self) -> list[int]:
+        """The tokens this step commits: the accepted drafts, then the next token if any."""
+        tail = [] if self.next_token is None else [self.next_token]
+        return self.accepted_tokens + tail
+
+
+def verify_tree(
+    tree: DraftTree,
+    target_probs: Sequence[np.ndarray] | np.ndarray | torch.Tensor,
+    rng: RandomSource,
+    *,
+    stop_ids: Iterable[int] = (),
+    max_accept: int | None = None,
+) -> VerifyResult:
+    """Verify ``tree`` against the processed target law at every node; see the module docstring.
+
+    Args:
+        tree: the drafted tokens, their draft laws and child rules.
+        target_probs: one processed target law p per node, in node order (a sequence of 1-D
+            arrays, float64 or `Fraction` object arrays; or an (N, V) float array or tensor).
+            Only the laws of visited nodes are read.
+        rng: where every coin comes from.
+        stop_ids: tokens after which nothing is accepted and no next token is drawn.
+        max_accept: accept at most this many drafted tokens (None: no limit).
+    """
+    laws = _node_laws(target_probs, len(tree))
+    if max_accept is not None and (not isinstance(max_accept, int) or max_accept < 0):
+        raise ValueError(f"max_accept must be None or an integer >= 0, got {max_accept!r}")
+    stops = frozenset(int(s) for s in stop_ids)
+    vocab = _check_law(laws[0], "target law of node 0").shape[0]
+
+    node = 0
+    result = VerifyResult(accepted=[], accepted_tokens=[], next_token=None)
+    while True:
+        residual = _check_law(laws[node], f"target law of node {node}")
+        if residual.shape[0] != vocab:
+            raise ValueError(
+                f"target law of node {node} has {residual.shape[0]} entries, not {vocab}"
+            )
+        children = tree.children(node)
+        if max_accept is not None and len(result.accepted) >= max_accept:
+            children = []  # the length limit: this node acts as a leaf
+        chosen, residual = _test_children(tree, node, children, residual, rng, result.decisions)
+        if chosen is None:
+            result.next_token = int(rng.categorical(residual))
+            return result
+        result.accepted.append(chosen)
+        result.accepted_tokens.append(tree.token(chosen))
+        if tree.token(chosen) in stops:
+            result.stopped = True
+            return result
+        node = chosen
+
+
+def _test_children(
+    tree: DraftTree,
+    node: int,
+    children: list[int],
+    residual: np.ndarray,
+    rng: RandomSource,
+    decisions: list[tuple[int, bool]],
+) -> tuple[int | None, np.ndarray]:
+    """Test ``children`` in order; return (accepted child or None, residual after the tests)."""
+    rule = tree.child_rule(node)
+    conditional_q: np.ndarray | None = None  # WITHOUT_REPLACEMENT: q with earlier children removed
+    removed: list[int] = []  # rejected WITHOUT_REPLACEMENT siblings not yet removed from q
+    for child in children:
+        token = tree.token(child)
+        if rule is ChildRule.DETERMINISTIC:
+            draft = _one_hot(token, residual)
+        elif rule is ChildRule.WITHOUT_REPLACEMENT:
+            if conditional_q is None:
+                conditional_q = _check_law(tree.draft_probs(child), f"draft law of node {child}")
+            for earlier in removed:
+                # The law this child was really drawn from: q without the earlier siblings.
+                conditional_q = _without(conditional_q, earlier)
+            removed.clear()
+            draft = conditional_q
+        else:
+            draft = _check_law(tree.draft_probs(child), f"draft law of node {child}")
+        if draft.shape[0] != residual.shape[0]:
+            raise ValueError(
+                f"draft law of node {child} has {draft.shape[0]} entries, "
+                f"the target law {residual.shape[0]}"
+            )
+        draft_mass = draft[token]
+        if draft_mass == 0:
+            accept = False  # cannot have been drawn from this law: reject, never divide by 0
+        else:
+            ratio = residual[token] / draft_mass
+            accept = rng.bernoulli(ratio if ratio < 1 else _one(ratio))
+        decisions.append((child, bool(accept)))
+        if accept:
+            return child, residual
+        residual = _residual(residual, draft)
+        if rule is ChildRule.WITHOUT_REPLACEMENT:
+            removed.append(token)  # applied only if another sibling follows
+    return None, residual
+
+
+def _residual(law: np.ndarray, draft: np.ndarray) -> np.ndarray:
+    """norm(max(law - draft, 0)) as a new array; ``law`` itself if that has no mass."""
+    excess = law - draft  # (V,)
+    excess = np.where(excess > 0, excess, _zero(law))  # type: ignore[arg-type]
+    mass = excess.sum()
+    if mass == 0:
+        # Only reachable after a probability-0 rejection (law == draft on its support).
+        return law
+    return excess / mass
+
+
+def _without(draft: np.ndarray, token: int) -> np.ndarray:
+    """The law of the next child drawn without replacement: ``draft`` with ``token`` removed."""
+    rest = draft.copy()
+    rest[token] = _zero(draft)
+    mass = rest.sum()
+    if mass == 0:
+        raise ValueError(
+            "a WITHOUT_REPLACEMENT child follows siblings that exhaust the draft law's support"
+        )
+    return rest / mass
+
+
+def _one_hot(token: int, like: np.ndarray) -> np.ndarray:
+    if like.dtype == object:
+        law = np.full(like.shape[0], Fraction(0), dtype=object)
+        law[token] = Fraction(1)
+        return law
+    law = np.zeros(like.shape[0], dtype=np.float64)
+    law[token] = 1.0
+    return law
+
+
+def _zero(like: np.ndarray) -> Fraction | float:
+    return Fraction(0) if like.dtype == object else 0.0
+
+
+def _one(like: Fraction | float) -> Fraction | float:
+    return Fraction(1) if isinstance(like, Fraction) else 1.0
+
+
+def _node_laws(
+    target_probs: Sequence[np.ndarray] | np.ndarray | torch.Tensor, n_nodes: int
+) -> Sequence[np.ndarray]:
+    if isinstance(target_probs, torch.Tensor):
+        if target_probs.ndim != 2:
+            raise ValueError(f"target_probs tensor must be (N, V), got {tuple(target_probs.shape)}")
+        target_probs = target_probs.detach().to("cpu", torch.float64).numpy()
+    if len(target_probs) != n_nodes:
+        raise ValueError(f"need one target law per tree node ({n_nodes}), got {len(target_probs)}")
+    return list(target_probs)
+
+
+def _check_law(law: np.ndarray | None, what: str) -> np.ndarray:
+    """Validate a law (1-D, non-negative, sums to 1) and return it as float64 or Fraction array."""
+    if law is None:
+        raise ValueError(f"{what} is missing")
+    if isinstance(law, torch.Tensor):
+        law = law.detach().to("cpu", torch.float64).numpy()
+    array = np.asarray(law)
+    if array.ndim != 1 or array.shape[0] == 0:
+        raise ValueError(f"{what} must be a non-empty 1-D array, got shape {array.shape}")
+    if array.dtype == object:
+        if not all(isinstance(v, Fraction) for v in array):
+            array = np.array([Fraction(v) for v in array], dtype=object)
+        total = array.sum()
+        if any(v < 0 for v in array) or total != 1:
+            raise ValueError(f"{what} must be non-negative and sum exactly to 1, sums to {total}")
+        return array
+    if array.dtype != np.float64:
+        array = array.astype(np.float64)
+    if not np.isfinite(array).all() or (array < 0).any():
+        raise ValueError(f"{what} must be finite and non-negative")
+    total = float(array.sum())
+    if abs(total - 1.0) > LAW_SUM_TOLERANCE:
+        raise ValueError(f"{what} must sum to 1 (within {LAW_SUM_TOLERANCE}), sums to {total}")
+    return array

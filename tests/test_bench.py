@@ -1,0 +1,140 @@
+"""The benchmark harness runs end to end on a tiny model, so that it cannot rot.
+
+No timing is asserted: only the structure of the results and the equality checks.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from casspec_ref import bench
+from casspec_ref.config import tiny_llama
+from casspec_ref.model import Transformer
+
+
+class ByteTokenizer:
+    """A stand-in tokenizer: one token per byte of the text, folded into a small vocabulary."""
+
+    stop_ids = (2,)
+
+    def __init__(self, vocab_size: int) -> None:
+        self.vocab_size = vocab_size
+
+    def encode(self, text: str) -> list[int]:
+        return [3 + b % (self.vocab_size - 3) for b in text.encode()]
+
+    def apply_chat_template(self, messages: list[dict[str, str]]) -> list[int]:
+        ids = [1]
+        for m in messages:
+            ids += self.encode(m["role"] + ":" + m["content"]) + [2]
+        return ids + [1]
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(chr(ord("a") + (i % 26)) for i in ids)
+
+
+@pytest.fixture(scope="module")
+def tiny() -> tuple[Transformer, ByteTokenizer]:
+    torch.manual_seed(0)
+    model = Transformer(tiny_llama(max_seq_len=1024)).to(torch.float64).eval()
+    return model, ByteTokenizer(model.config.vocab_size)
+
+
+def write_questions(path: Path) -> None:
+    rows = [
+        {"question_id": 1, "category": "writing", "turns": ["say hi", "say it again"]},
+        {"question_id": 2, "category": "qa", "turns": ["what is one plus one?"]},
+        {"question_id": 3, "category": "rag", "turns": ["context: a b c a b c. repeat: a b"]},
+    ]
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+
+
+def test_load_questions_groups_mt_bench_categories(tmp_path: Path) -> None:
+    path = tmp_path / "q.jsonl"
+    write_questions(path)
+    questions = bench.load_questions(path)
+    assert [q.group for q in questions] == ["mt_bench", "qa", "rag"]
+    assert questions[0].turns == ("say hi", "say it again")
+
+
+def test_bundled_prompt_set_covers_the_six_groups() -> None:
+    groups = {q.group for q in bench.load_questions(bench.default_questions_path())}
+    assert groups == set(bench.GROUP_ORDER)
+
+
+@pytest.mark.parametrize(
+    "line, problem",
+    [
+        ('{"question_id": 1, "turns": ["x"]}', "category"),
+        ('{"question_id": 1, "category": "qa", "turns": []}', "turns"),
+        ("not json", ""),
+    ],
+)
+def test_bad_question_files_get_clear_errors(tmp_path: Path, line: str, problem: str) -> None:
+    path = tmp_path / "q.jsonl"
+    path.write_text(line + "\n")
+    with pytest.raises(ValueError, match=r"q.jsonl:1: not a Spec-Bench question"):
+        bench.load_questions(path)
+
+
+def test_first_divergence() -> None:
+    assert bench.first_divergence([1, 2, 3], [1, 2, 3]) is None
+    assert bench.first_divergence([1, 2, 3], [1, 5, 3]) == 1
+    assert bench.first_divergence([1, 2, 3], [1, 2]) == 2
+
+
+def test_harness_end_to_end_on_a_tiny_model(tmp_path: Path, tiny) -> None:
+    model, tokenizer = tiny
+    questions = tmp_path / "q.jsonl"
+    write_questions(questions)
+    out = tmp_path / "out"
+    status = bench.main(
+        [
+            "--questions",
+            str(questions),
+            "--methods",
+            "ar,pld,cas-spec",
+            "--runs",
+            "2",
+            "--max-new-tokens",
+            "6",
+            "--out",
+            str(out),
+            "--no-progress",
+        ],
+        model=model,
+        tokenizer=tokenizer,
+    )
+    assert status == 0
+    result = json.loads((out / "results.json").read_text())
+    assert result["environment"]["torch"] == torch.__version__
+    records = result["records"]
+    keys = {(r["method"], r["group"]) for r in records}
+    for method in ("ar", "pld", "cas-spec"):
+        for group in ("mt_bench", "qa", "rag", "overall"):
+            assert (method, group) in keys
+    for r in records:
+        assert {
+            "method",
+            "group",
+            "speedup",
+            "speedup_total",
+            "mat",
+            "tokens_per_s",
+            "equal_to_ar",
+        } <= set(r)
+        assert r["equal_to_ar"] is True, r
+        assert r["mat"] >= 1.0
+    ar_overall = next(r for r in records if r["method"] == "ar" and r["group"] == "overall")
+    assert ar_overall["speedup"] == pytest.approx(1.0)
+    assert (out / "table.txt").read_text().startswith("method")
+
+
+def test_unknown_method_is_rejected(tiny, capsys) -> None:
+    model, tokenizer = tiny
+    assert bench.main(["--methods", "ar,warp-drive"], model=model, tokenizer=tokenizer) == 2
+    assert "warp-drive" in capsys.readouterr().err

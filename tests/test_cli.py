@@ -1,0 +1,71 @@
+"""The command line: clear errors for bad input, and one real run with --json."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from casspec_ref.cli import main
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["generate", "   "], "prompt is empty"),
+        (["generate", "hi", "--temperature", "-1"], "temperature"),
+        (["generate", "hi", "--top-p", "0"], "top_p"),
+        (["generate", "hi", "--top-p", "1.5"], "top_p"),
+        (["generate", "hi", "--top-k", "-3"], "top_k"),
+        (["generate", "hi", "--max-new-tokens", "-1"], "max-new-tokens"),
+        (["generate", "hi", "--method", "warp-drive"], "unknown --method 'warp-drive'"),
+        (["generate", "hi", "--device", "tpu"], "not supported"),
+        (["generate", "hi", "--model", "/nonexistent/model.gguf"], "nonexistent"),
+    ],
+)
+def test_bad_input_exits_2_with_a_clear_message(argv, message, capsys) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ")
+    assert message in err
+
+
+def test_help_lists_the_methods(capsys) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["generate", "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    for method in ("ar", "pld", "cas-spec"):
+        assert method in out
+
+
+@pytest.mark.real_model
+@pytest.mark.parametrize("method", ["ar", "cas-spec"])
+def test_generate_json_on_the_real_model(method: str) -> None:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "casspec_ref",
+            "generate",
+            "What is the capital of France?",
+            "--method",
+            method,
+            "--max-new-tokens",
+            "12",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert {"prompt_ids", "generated_ids", "text", "timing", "stats"} <= set(out)
+    assert "Paris" in out["text"]
+    assert out["timing"]["tokens_per_s"] > 0
+    if method != "ar":
+        assert out["stats"]["mat"] >= 1.0

@@ -1,0 +1,269 @@
+"""The speculative loop: greedy equality with generate_ar for every method, the KV-cache
+invariant after every step, statistics, stop tokens, streaming and bad input."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+import torch
+
+from casspec_ref.cascades import ScheduleOptions
+from casspec_ref.config import tiny_gpt2, tiny_llama
+from casspec_ref.dytc import DyTCConfig
+from casspec_ref.generate import generate_ar
+from casspec_ref.kv_cache import KVCache
+from casspec_ref.model import Transformer, random_init_
+from casspec_ref.plan import ExecutionPlan
+from casspec_ref.speculative import METHODS, StepTrace, generate_speculative
+
+
+def _model(family: str = "llama", seed: int = 0, damp: float = 0.1) -> Transformer:
+    """A tiny float64 model whose last block is damped, so that drafts skipping or exiting
+    before it agree with the target often but not always (partial acceptance)."""
+    make = tiny_llama if family == "llama" else tiny_gpt2
+    model = random_init_(
+        Transformer(make(vocab_size=32, max_seq_len=128)).to(torch.float64), seed=seed
+    )
+    last = model.config.n_layers - 1
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.startswith(f"layers.{last}.") and name.endswith(("o.weight", "down.weight")):
+                param.mul_(damp)
+            if name.startswith(f"layers.{last}.") and name.endswith(("proj.weight",)):
+                param.mul_(damp)
+    return model
+
+
+def _drafts(model: Transformer) -> tuple[ExecutionPlan, ...]:
+    n = model.config.n_layers
+    return (
+        ExecutionPlan(exit_after=n - 1, name="exit"),
+        ExecutionPlan(skip_mlp=frozenset({n - 1}), name="skipmlp"),
+    )
+
+
+PROMPTS = ([3, 5, 7, 9, 3, 5, 7, 11], [1, 2, 3, 4, 5, 6], [30, 30, 4, 30, 30, 4, 30])
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+@pytest.mark.parametrize("method", METHODS)
+def test_greedy_equals_ar_with_partial_acceptance(method: str, family: str) -> None:
+    partial = 0
+    drafted = 0
+    for seed in range(2):
+        model = _model(family, seed)
+        for prompt in PROMPTS:
+            want = generate_ar(model, prompt, 30).tokens
+            lengths: list[tuple[int, int]] = []
+
+            def trace(t: StepTrace, lengths: list[tuple[int, int]] = lengths) -> None:
+                lengths.append((len(t.result.accepted), t.tree.max_depth))
+
+            got = generate_speculative(
+                model, prompt, 30, method=method, drafts=_drafts(model), on_step=trace
+            )
+            assert got.tokens == want, f"{method} diverged from generate_ar on {prompt}"
+            partial += sum(1 for a, d in lengths if 0 < a < d)
+            drafted += sum(1 for _, d in lengths if d > 0)
+    if method != "ar":
+        assert drafted > 0, f"{method} never drafted"
+    if method not in ("ar", "swift-tree"):
+        # Partial acceptance (some but not all of the deepest path) must have been exercised.
+        assert partial > 0, f"{method}: no step with partial acceptance"
+
+
+@pytest.mark.parametrize("method", ["pld", "chain", "vchc", "static-tree", "cas-spec"])
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_cache_equals_fresh_prefill_after_every_step(method: str, temperature: float) -> None:
+    model = _model("llama", 3)
+    checked = []
+
+    def check(trace: StepTrace) -> None:
+        cache = trace.cache
+        assert cache.length == len(trace.prefix)
+        fresh = KVCache(model.config, cache.max_len, torch.float64)
+        with torch.no_grad():
+            model.forward(torch.tensor([trace.prefix]), None, cache=fresh)
+        n = cache.length
+        torch.testing.assert_close(cache.k[..., :n, :], fresh.k[..., :n, :], rtol=0, atol=1e-12)
+        torch.testing.assert_close(cache.v[..., :n, :], fresh.v[..., :n, :], rtol=0, atol=1e-12)
+        checked.append(len(trace.result.accepted))
+
+    generate_speculative(
+        model, PROMPTS[0], 24, method=method, temperature=temperature, seed=1,
+        drafts=_drafts(model), on_step=check,
+    )  # fmt: skip
+    assert checked and max(checked) >= 1, "the invariant must be checked after accepting drafts"
+
+
+def test_stats_are_consistent() -> None:
+    model = _model()
+    result = generate_speculative(model, PROMPTS[0], 30, method="cas-spec", drafts=_drafts(model))
+    stats = result.stats
+    n = len(result.tokens)
+    assert stats["steps"] == len(stats["accepted_lengths"])
+    assert stats["target_forwards"] == stats["steps"] + 1  # the prefill forward
+    # Every committed token is a drafted token accepted or one next/bonus token per forward.
+    assert n == sum(stats["accepted_lengths"]) + stats["target_forwards"]
+    assert math.isclose(stats["mat"], n / stats["target_forwards"])
+    assert sum(stats["accepted"].values()) == sum(stats["accepted_lengths"])
+    for name, count in stats["accepted"].items():
+        assert count <= stats["proposed"][name]
+    for key in ("time_draft_s", "time_verify_s", "time_other_s"):
+        assert stats[key] >= 0.0
+    ar = generate_speculative(model, PROMPTS[0], 30, method="ar")
+    assert ar.stats["mat"] == 1.0
+
+
+@pytest.mark.parametrize("method", ["pld", "chain", "cas-spec"])
+def test_stop_ids_and_streaming(method: str) -> None:
+    model = _model()
+    reference = generate_ar(model, PROMPTS[1], 30).tokens
+    stop = reference[7]
+    want = generate_ar(model, PROMPTS[1], 30, stop_ids=[stop])
+    streamed: list[int] = []
+    got = generate_speculative(
+        model, PROMPTS[1], 30, method=method, stop_ids=[stop], on_token=streamed.append,
+        drafts=_drafts(model),
+    )  # fmt: skip
+    assert got.tokens == want.tokens and got.stopped == want.stopped is True
+    assert streamed == got.tokens
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 5])
+def test_short_generations(n: int) -> None:
+    model = _model()
+    want = generate_ar(model, PROMPTS[0], n).tokens
+    for method in ("static-tree", "cas-spec"):
+        got = generate_speculative(model, PROMPTS[0], n, method=method, drafts=_drafts(model))
+        assert got.tokens == want
+
+
+def test_fills_the_context_exactly() -> None:
+    model = _model()
+    prompt = PROMPTS[0]
+    n = model.config.max_seq_len - len(prompt)
+    got = generate_speculative(model, prompt, n, method="static-tree", drafts=_drafts(model))
+    assert got.tokens == generate_ar(model, prompt, n).tokens
+
+
+class _Clock:
+    now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class _CostlyDraftModel(Transformer):
+    """Forwards advance a fake clock: every draft forward costs as much as a target forward."""
+
+    clock: _Clock
+
+    def forward(self, tokens, positions=None, cache=None, attn_mask=None, plan=None, **kw):  # type: ignore[no-untyped-def, override]
+        self.clock.now += 1.0 + 0.05 * tokens.shape[1]
+        return super().forward(tokens, positions, cache, attn_mask, plan, **kw)
+
+
+def test_dytc_falls_back_to_plain_steps_when_drafts_do_not_pay() -> None:
+    """Drafts as expensive as the target and a lookup that is never accepted: after one probe
+    per level, DyTC's trees are the root alone, i.e. plain decoding steps."""
+    model = _CostlyDraftModel(tiny_llama(vocab_size=32, max_seq_len=128))
+    random_init_(model, seed=0)
+    model = model.to(torch.float64)
+    model.clock = _Clock()
+    sizes: list[int] = []
+    got = generate_speculative(
+        model, [1, 2, 3, 4, 5, 6], 40, method="cas-spec", drafts=_drafts(model),
+        dytc=DyTCConfig(prior_pld_alpha=0.0, warmup=0), clock=model.clock,
+        on_step=lambda t: sizes.append(len(t.tree)),
+    )  # fmt: skip
+    assert got.tokens == generate_ar(model, [1, 2, 3, 4, 5, 6], 40).tokens
+    assert sizes[0] == 1  # the first step times the target
+    assert sizes[1:3] == [2, 2]  # one probe per level times it
+    assert set(sizes[3:]) == {1}, sizes
+
+
+def test_bad_input() -> None:
+    model = _model()
+    with pytest.raises(ValueError, match="unknown method"):
+        generate_speculative(model, [1], 4, method="eagle")
+    with pytest.raises(ValueError, match="temperature"):
+        generate_speculative(model, [1], 4, temperature=-1.0)
+    with pytest.raises(ValueError, match="top_p"):
+        generate_speculative(model, [1], 4, top_p=0.0)
+    with pytest.raises(ValueError, match="prompt_ids is empty"):
+        generate_speculative(model, [], 4)
+    with pytest.raises(ValueError, match="prompt_ids"):
+        generate_speculative(model, [999], 4)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        generate_speculative(model, [1], -1)
+    with pytest.raises(ValueError, match="max_seq_len"):
+        generate_speculative(model, [1], 500)
+    with pytest.raises(ValueError, match="either seed or rng"):
+        from casspec_ref.sampling import TorchRandomSource
+
+        generate_speculative(model, [1], 4, seed=1, rng=TorchRandomSource(1))
+    with pytest.raises(ValueError, match="unknown options"):
+        generate_speculative(model, [1], 4, beam=3)
+    dup = (ExecutionPlan(exit_after=1, name="a"), ExecutionPlan(exit_after=2, name="a"))
+    with pytest.raises(ValueError, match="unique names"):
+        generate_speculative(model, [1], 4, method="chain", drafts=dup)
+    with pytest.raises(ValueError, match="exit_after"):
+        generate_speculative(
+            model, [1], 4, method="chain", drafts=(ExecutionPlan(exit_after=9, name="x"),)
+        )
+    with pytest.raises(ValueError, match="needs at least one model draft"):
+        generate_speculative(model, [1], 4, method="chain", drafts=())
+    with pytest.raises(ValueError, match="Hierarchy or a sequence of ExecutionPlan"):
+        generate_speculative(model, [1], 4, method="chain", drafts=("skip",))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="static_branching"):
+        ScheduleOptions(static_branching=())
+
+
+@pytest.mark.real_model
+@pytest.mark.slow
+def test_real_model_greedy_equals_ar() -> None:
+    """SmolLM2-135M, float32, 20 prompts x 64 tokens, every step through DyTC (cas-spec) and
+    prompt lookup. A divergence reports its position and the target's logit gap."""
+    from casspec_ref.weights import load_model
+
+    if os.environ.get("CASSPEC_SKIP_REAL") == "1":
+        pytest.skip("CASSPEC_SKIP_REAL=1")
+    model, tokenizer = load_model()
+    questions = [
+        "What is the capital of France?", "Write a haiku about the sea.",
+        "Translate 'good morning' into Spanish.", "What is 17 times 23?",
+        "Summarize: The cat sat on the mat. The cat was happy. The mat was red.",
+        "List three primary colors.", "Explain what a CPU does in one sentence.",
+        "Who wrote Romeo and Juliet?", "Repeat after me: one two three four five.",
+        "What is the boiling point of water in Celsius?", "Name a planet in the solar system.",
+        "Give me a synonym for happy.", "How many days are in a week?",
+        "Write a Python function that adds two numbers.", "What color is the sky on a clear day?",
+        "Count from 1 to 10.", "What is the opposite of hot?", "Describe a dog in one sentence.",
+        "Spell the word 'banana' letter by letter.", "What is 2 + 2?",
+    ]  # fmt: skip
+    failures = []
+    for i, question in enumerate(questions):
+        prompt = tokenizer.apply_chat_template([{"role": "user", "content": question}])
+        want = generate_ar(model, prompt, 64).tokens
+        method = "cas-spec" if i % 2 == 0 else "pld"
+        got = generate_speculative(model, prompt, 64, method=method).tokens
+        if got != want:
+            pos = next(
+                (j for j, (a, b) in enumerate(zip(got, want, strict=False)) if a != b),
+                min(len(got), len(want)),
+            )
+            with torch.no_grad():
+                ctx = torch.tensor([prompt + want[:pos]])
+                logits = model.forward(ctx, None)[0, -1]
+            gap = (
+                float(logits[want[pos]] - logits[got[pos]])
+                if pos < min(len(got), len(want))
+                else float("nan")
+            )
+            failures.append(
+                f"prompt {i} ({method}): first divergence at {pos}, logit gap {gap:.3g}"
+            )
+    assert not failures, "; ".join(failures)
