@@ -131,7 +131,7 @@ def time_plans(model, plans: list[ExecutionPlan], ctx_ids: list[int], rounds: in
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--new-tokens", type=int, default=48)
-    ap.add_argument("--rounds", type=int, default=15, help="timing rounds per plan")
+    ap.add_argument("--rounds", type=int, default=10, help="timing rounds per plan")
     ap.add_argument("--temperature", type=float, default=0.7)
     ap.add_argument("--search-dir", type=Path, default=ROOT / "docs" / "layer_search")
     ap.add_argument("--research", action="store_true", help="redo the layer search")

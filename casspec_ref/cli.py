@@ -85,6 +85,9 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     check.add_argument("target", help="MODULE:FUNCTION, importable from the current directory")
     check.add_argument("--json", action="store_true", help="print the report as JSON")
+    check.add_argument(
+        "--exact", action="store_true", help="exact arithmetic with fractions (slower)"
+    )
 
     bench = sub.add_parser("bench", help="Spec-Bench-style speed harness (docs/benchmarks.md)")
     bench.add_argument("rest", nargs=argparse.REMAINDER, help="options of the harness")
@@ -227,7 +230,7 @@ def _generate(args: argparse.Namespace) -> int:
 def _oracle(args: argparse.Namespace) -> int:
     from casspec_ref.oracle import run_check_command
 
-    return run_check_command(args.target, as_json=args.json)
+    return run_check_command(args.target, as_json=args.json, exact=args.exact)
 
 
 def _bench(args: argparse.Namespace) -> int:

@@ -329,6 +329,12 @@ def generate_speculative(
     stats["time_draft_s"] = t_draft
     stats["time_verify_s"] = t_verify
     stats["time_other_s"] = max(0.0, elapsed - t_draft - t_verify)
+    policy = getattr(schedule, "policy", None)
+    if policy is not None and policy.ready() and elapsed > 0:
+        # DyTC has timed plain steps: tokens/s times the predicted plain-step time estimates the
+        # speedup over the naive loop on this machine (prefill included in both, roughly).
+        plain = policy.step_seconds(len(prompt) + len(tokens))
+        stats["speedup_estimate"] = len(tokens) / elapsed * plain
     timing = {
         "total_s": elapsed,
         "tokens_per_s": len(tokens) / elapsed if elapsed > 0 else 0.0,

@@ -240,3 +240,17 @@ def test_teacher_forced_equals_one_token_drafts_on_the_target_cache(family: str)
     assert tf.matchness(ExecutionPlan()) == tf.target_agreement()
     with pytest.raises(ValueError, match="first"):
         TeacherForced(model, seq, 0)
+
+
+def test_smollm2_presets_are_valid_and_nested() -> None:
+    from casspec_ref.dsia.presets import SMOLLM2_RANKING, smollm2_drafts, smollm2_seed_hierarchy
+
+    cfg = smollm2_135m()
+    assert len(set(SMOLLM2_RANKING)) == len(SMOLLM2_RANKING) == 56
+    assert all(layer not in (0, 29) for layer, _ in SMOLLM2_RANKING)
+    drafts = smollm2_drafts(cfg)
+    assert drafts["search-4sub"].skip_attention <= drafts["search-10sub"].skip_attention
+    assert drafts["search-10sub+bf16"].compute_dtype == torch.bfloat16
+    smollm2_seed_hierarchy(cfg).validate(cfg)
+    with pytest.raises(ValueError, match="30 blocks"):
+        smollm2_drafts(tiny_llama())

@@ -9,14 +9,13 @@ two must be *equal*; in float64 within 1e-12 total variation.
 Scenarios: vocabularies of 2 to 8 tokens; context-dependent target and draft models given by a
 palette of 1 to 3 laws (random integer weights with zeros, one-hots); drafts equal to the target
 (p = q) or with a support disjoint from it; trees of depth <= 3 and branching <= 3 with mixed
-child rules and draft levels (the node budget shrinks with the vocabulary so that exact
-enumeration stays fast); stop tokens and length limits. Profiles: see tests/conftest.py.
+child rules and draft levels (grown within a budget of enumerated paths, PATH_BUDGET, so that
+exact enumeration stays fast); stop tokens and length limits. Profiles: see tests/conftest.py.
 """
 
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -30,6 +29,7 @@ from casspec_ref.oracle import (
     ToyLM,
     ar_law,
     casspec_tree_verifier,
+    draft_tree,
     exact_law,
     spec_depth,
     speculative_tokens,
@@ -73,7 +73,7 @@ class Scenario:
 
 
 def _weights(draw: st.DrawFn, vocab: int, allowed: list[int]) -> tuple[int, ...]:
-    kind = draw(st.sampled_from(["random", "one_hot", "uniform"]))
+    kind = draw(st.sampled_from(["random", "random", "random", "one_hot", "uniform"]))
     if kind == "one_hot":
         hot = draw(st.sampled_from(allowed))
         return tuple(int(i == hot) for i in range(vocab))
@@ -86,32 +86,50 @@ def _weights(draw: st.DrawFn, vocab: int, allowed: list[int]) -> tuple[int, ...]
     return tuple(weights)
 
 
-def _spec(draw: st.DrawFn, budget: list[int], depth: int, vocab: int, n_drafts: int) -> DraftSpec:
-    rule = draw(st.sampled_from([IND, WOR, DET]))
-    n_children = draw(st.integers(1, min(3, budget[0])))
-    children = []
-    for _ in range(n_children):
-        budget[0] -= 1
-        token = draw(st.none() | st.integers(0, vocab - 1)) if rule is DET else None
-        grow = depth > 1 and budget[0] > 0 and draw(st.booleans())
-        then = _spec(draw, budget, depth - 1, vocab, n_drafts) if grow else None
-        children.append(
-            ChildSpec(
-                draft=draw(st.integers(0, n_drafts - 1)),
-                rank=draw(st.integers(0, vocab - 1)),
-                token=token,
-                then=then,
+#: Exact enumeration explores about (2V) paths per sampled node (its draw, then accept/reject), 2
+#: per deterministic node and V per AR token after the step; trees are grown only while that
+#: estimate stays below this bound, so that one example takes well under a second.
+PATH_BUDGET = 50_000
+
+
+def _spec(draw: st.DrawFn, vocab: int, n_drafts: int) -> DraftSpec:
+    """A random tree shape (depth <= 3, branching <= 3) within PATH_BUDGET."""
+    state = {"paths": 1, "depth": 0}
+
+    def affordable(branch: int, level: int) -> bool:
+        depth = max(level, state["depth"])
+        return state["paths"] * branch * vocab ** (depth + 1) <= PATH_BUDGET
+
+    def grow(level: int) -> DraftSpec | None:
+        rule = draw(st.sampled_from([IND, WOR, DET]))
+        branch = 2 if rule is DET else 2 * vocab
+        children = []
+        for _ in range(draw(st.integers(1, 3))):
+            # The root's first child is always added, whatever the budget.
+            if (children or level > 1) and not affordable(branch, level):
+                break
+            state["paths"] *= branch
+            state["depth"] = max(state["depth"], level)
+            token = draw(st.none() | st.integers(0, vocab - 1)) if rule is DET else None
+            then = grow(level + 1) if level < 3 and draw(st.booleans()) else None
+            children.append(
+                ChildSpec(
+                    draft=draw(st.integers(0, n_drafts - 1)),
+                    rank=draw(st.integers(0, vocab - 1)),
+                    token=token,
+                    then=then,
+                )
             )
-        )
-    return DraftSpec(rule, tuple(children))
+        return DraftSpec(rule, tuple(children)) if children else None
+
+    spec = grow(1)
+    assert spec is not None  # the root always gets its first child
+    return spec
 
 
 @st.composite
 def scenarios(draw: st.DrawFn, limits: bool = True) -> Scenario:
     vocab = draw(st.integers(2, 8))
-    # Exact enumeration branches V ways per sampled node and per AR token after the step (up to
-    # depth + 1 of them): keep V ** (nodes + 1) at about 400 or less.
-    budget = [max(1, int(math.log(400) / math.log(vocab)) - 1)]
     everything = list(range(vocab))
     disjoint = draw(st.booleans())
     if disjoint:
@@ -129,7 +147,7 @@ def scenarios(draw: st.DrawFn, limits: bool = True) -> Scenario:
         else:
             size = draw(st.integers(1, 2))
             drafts.append(tuple(_weights(draw, vocab, draft_support) for _ in range(size)))
-    spec = _spec(draw, budget, 3, vocab, n_drafts)
+    spec = _spec(draw, vocab, n_drafts)
     stop_ids: tuple[int, ...] = ()
     max_accept = None
     if limits:
@@ -237,7 +255,6 @@ finite_logits = st.floats(-3, 3, allow_nan=False, allow_infinity=False)
 @st.composite
 def transformed_models(draw: st.DrawFn) -> tuple[ToyLM, list[ToyLM], DraftSpec]:
     vocab = draw(st.integers(2, 6))
-    budget = [max(1, int(math.log(300) / math.log(vocab)) - 1)]
 
     def logits_palette() -> list[np.ndarray]:
         palette = []
@@ -259,7 +276,7 @@ def transformed_models(draw: st.DrawFn) -> tuple[ToyLM, list[ToyLM], DraftSpec]:
     target = ToyLM.from_logits(logits_palette(), *settings(), salt=draw(st.integers(0, 9)))
     drafts = [target] if draw(st.booleans()) else []
     drafts.append(ToyLM.from_logits(logits_palette(), *settings(), salt=draw(st.integers(0, 9))))
-    spec = _spec(draw, budget, 3, vocab, len(drafts))
+    spec = _spec(draw, vocab, len(drafts))
     return target, drafts, spec
 
 
@@ -297,8 +314,6 @@ def test_greedy_emits_exactly_the_argmax_tokens(models):
 @given(scenario=scenarios(limits=False), seed=st.integers(0, 2**16))
 def test_verification_never_modifies_the_callers_laws(scenario, seed):
     target, drafts = scenario.models(exact=False)
-    from casspec_ref.oracle import draft_tree
-
     rng = TorchRandomSource(seed)
     tree, contexts = draft_tree(scenario.spec, (0,), drafts, rng)
     laws = [target.law(c) for c in contexts]
@@ -312,3 +327,26 @@ def test_verification_never_modifies_the_callers_laws(scenario, seed):
     for i in range(len(tree)):
         if before_q[i] is not None:
             assert np.array_equal(before_q[i], tree.draft_probs(i))
+
+
+@st.composite
+def sibling_scenarios(draw: st.DrawFn) -> Scenario:
+    """Focused: 2-3 sampled siblings under one node, random laws with zeros (rules 2 and 3)."""
+    vocab = draw(st.integers(3, 5))
+    weights = st.lists(st.integers(0, 6), min_size=vocab, max_size=vocab).filter(any)
+    rule = draw(st.sampled_from([WOR, IND]))
+    n_children = draw(st.integers(2, 3))
+    children = tuple(ChildSpec(draft=draw(st.integers(0, 1))) for _ in range(n_children))
+    return Scenario(
+        vocab=vocab,
+        target=(tuple(draw(weights)),),
+        drafts=((tuple(draw(weights)),), (tuple(draw(weights)),)),
+        spec=DraftSpec(rule, children),
+    )
+
+
+@given(scenario=sibling_scenarios())
+@example(scenario=WOR_SUBTLE)
+def test_sibling_rules_are_exactly_lossless(scenario):
+    got, want = step_and_ar_laws(scenario, exact=True)
+    assert got == want

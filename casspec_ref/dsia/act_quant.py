@@ -107,7 +107,10 @@ class QuantKernel:
     names: frozenset[str] = frozenset(LINEAR_NAMES)
     layers: frozenset[int] | None = None
     fast: bool = False
-    _weights: dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = field(
+    _weights: dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor, tuple]] = field(
+        default_factory=dict, repr=False, compare=False, hash=False
+    )
+    _scales: dict[tuple[int, str], torch.Tensor] = field(
         default_factory=dict, repr=False, compare=False, hash=False
     )
 
@@ -133,19 +136,26 @@ class QuantKernel:
         """Whether this kernel quantizes linear ``name`` of block ``layer``."""
         return name in self.names and (self.layers is None or layer in self.layers)
 
-    def _weight(self, weight: torch.Tensor, layer: int, name: str) -> tuple[torch.Tensor, ...]:
-        """Per-output-channel quantized weight, cached: (q^T int8, scale, fake-quant float)."""
+    def _weight(self, weight: torch.Tensor, layer: int, name: str) -> torch.Tensor:
+        """The quantized weight of one linear, cached per (layer, name).
+
+        Fast path: the transposed int8 weight ``(D_in, D_out)`` and its per-output-channel
+        scale (only the int8 copy is kept). Readable path: the fake-quantized float weight.
+        """
         key = (layer, name)
         hit = self._weights.get(key)
-        if hit is not None and hit[2].shape == weight.shape and hit[2].dtype == weight.dtype:
-            return hit
+        if hit is not None and hit[2] == (tuple(weight.shape), weight.dtype, weight.data_ptr()):
+            return hit[0]
         assert self.weight_bits is not None
         q, scale = quantize_absmax(weight, self.weight_bits)  # (D_out, D_in), (D_out, 1)
-        fake = dequantize_absmax(q, scale, weight.dtype)
-        # The fast path needs the transposed int8 weight contiguous: (D_in, D_out).
-        entry = (q.T.contiguous() if self.fast else q, scale.squeeze(-1), fake)
-        self._weights[key] = entry
-        return entry
+        if self.fast:
+            # int8 x int8 needs the transposed weight contiguous: (D_in, D_out).
+            self._scales[key] = scale.squeeze(-1)  # (D_out,)
+            stored = q.T.contiguous()
+        else:
+            stored = dequantize_absmax(q, scale, weight.dtype)  # (D_out, D_in)
+        self._weights[key] = (stored, scale, (tuple(weight.shape), weight.dtype, weight.data_ptr()))
+        return stored
 
     def __call__(
         self,
@@ -163,7 +173,7 @@ class QuantKernel:
             out = self._int8_matmul(x2, weight, bias, layer, name)
         else:
             xq = fake_quant_absmax(x2, self.bits, self.group_size)
-            w = weight if self.weight_bits is None else self._weight(weight, layer, name)[2]
+            w = weight if self.weight_bits is None else self._weight(weight, layer, name)
             out = exact_linear(xq, w, bias)
         return out.reshape(*lead, weight.shape[0])  # (..., D_out)
 
@@ -175,7 +185,8 @@ class QuantKernel:
         layer: int,
         name: str,
     ) -> torch.Tensor:
-        qw_t, scale_w, _ = self._weight(weight, layer, name)
+        qw_t = self._weight(weight, layer, name)
+        scale_w = self._scales[(layer, name)]
         qx, scale_x = quantize_absmax(x.float(), 8)  # (rows, D_in) int8, (rows, 1)
         acc = torch._int_mm(qx, qw_t)  # (rows, D_out) int32
         out = acc.float() * scale_x * scale_w.float()  # (rows, D_out)

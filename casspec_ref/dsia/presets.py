@@ -1,0 +1,66 @@
+"""Named DSIA draft configurations for SmolLM2-135M, chosen from the measured (alpha, c) table.
+
+Scope: issue 4, items 6-7; the levels CAS-Spec's hierarchy (ALGORITHM.md §2-4) draws from.
+Every preset is a function of the model config, so it validates against the model it runs on.
+
+`SMOLLM2_RANKING` is the sub-layer order found by `layer_search.search_layers` (greedy growth to
+24 units, beam 6, no refinement) on two calibration prompts that are *not* in the evaluation set;
+its JSON record is docs/layer_search/smollm2-135m__mixed__s0.40.json (``benchmarks/dsia_table.py
+--research`` recomputes it). Attention sub-layers dominate the cheap end of the ranking; they
+save less time than MLPs, which is why deep sparsity buys little c on this model.
+See docs/dsia.md for the numbers behind each choice.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from casspec_ref.config import ModelConfig
+from casspec_ref.dsia.act_quant import quant_plan
+from casspec_ref.dsia.compose import Hierarchy, mix, seed_hierarchy
+from casspec_ref.dsia.layer_sparsity import SubLayer, ranked_skip_plan
+from casspec_ref.dsia.precision import precision_plan
+from casspec_ref.plan import ExecutionPlan
+
+#: Cheapest-to-skip sub-layers of SmolLM2-135M first (protected blocks 0 and 29 excluded).
+SMOLLM2_RANKING: tuple[SubLayer, ...] = (
+    (5, "attn"), (6, "attn"), (7, "attn"), (9, "attn"), (7, "mlp"), (17, "attn"), (8, "attn"),
+    (12, "attn"), (4, "attn"), (25, "attn"), (1, "mlp"), (6, "mlp"), (9, "mlp"), (4, "mlp"),
+    (13, "mlp"), (11, "mlp"), (3, "attn"), (14, "attn"), (11, "attn"), (10, "attn"),
+    (12, "mlp"), (10, "mlp"), (2, "mlp"), (16, "attn"), (2, "attn"), (14, "mlp"), (15, "attn"),
+    (27, "attn"), (15, "mlp"), (18, "attn"), (20, "attn"), (3, "mlp"), (13, "attn"), (5, "mlp"),
+    (16, "mlp"), (19, "attn"), (22, "attn"), (21, "attn"), (21, "mlp"), (26, "attn"),
+    (28, "attn"), (8, "mlp"), (22, "mlp"), (17, "mlp"), (18, "mlp"), (23, "attn"), (24, "mlp"),
+    (27, "mlp"), (19, "mlp"), (26, "mlp"), (23, "mlp"), (24, "attn"), (20, "mlp"), (25, "mlp"),
+    (28, "mlp"), (1, "attn"),
+)  # fmt: skip
+
+
+def smollm2_drafts(config: ModelConfig) -> dict[str, ExecutionPlan]:
+    """The DSIA drafts measured in docs/dsia.md, by name (every one validated on ``config``)."""
+    if config.n_layers != 30:
+        raise ValueError(
+            f"smollm2_drafts is tuned for SmolLM2-135M's 30 blocks, got n_layers={config.n_layers}"
+        )
+    bf16 = precision_plan(torch.bfloat16)
+    w8a8 = quant_plan(8, 8, fast=True)
+    skip10 = ranked_skip_plan(config, SMOLLM2_RANKING, 10 / 60, name="search-10sub")
+    drafts = {
+        "bf16": bf16,
+        "w8a8-fast": w8a8,
+        "w8a8-fast-no_down": quant_plan(8, 8, exclude={"mlp_down"}, fast=True),
+        "search-4sub": ranked_skip_plan(config, SMOLLM2_RANKING, 4 / 60, name="search-4sub"),
+        "search-10sub": skip10,
+        "search-0.2": ranked_skip_plan(config, SMOLLM2_RANKING, 0.2, name="search-0.2"),
+        "search-0.3": ranked_skip_plan(config, SMOLLM2_RANKING, 0.3, name="search-0.3"),
+        "search-10sub+bf16": mix(skip10, bf16, name="search-10sub+bf16"),
+        "search-10sub+w8a8-fast": mix(skip10, w8a8, name="search-10sub+w8a8-fast"),
+    }
+    for plan in drafts.values():
+        plan.validate(config)
+    return drafts
+
+
+def smollm2_seed_hierarchy(config: ModelConfig) -> Hierarchy:
+    """The seed article's L1/L2/L3 with the searched ranking and the fast int8 kernel."""
+    return seed_hierarchy(config, ranking=SMOLLM2_RANKING, fast=True)

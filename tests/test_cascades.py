@@ -1,0 +1,165 @@
+"""Draft schedules: tree shapes, declared child rules and laws, lookup, the independence of the
+tree from the verifier's coins, and option validation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from casspec_ref.cascades import (
+    DraftSampling,
+    ScheduleOptions,
+    ScheduleSpec,
+    StepDrafter,
+    lookup_continuation,
+    make_schedule,
+)
+from casspec_ref.config import tiny_llama
+from casspec_ref.dsia.prompt_lookup import PromptLookup
+from casspec_ref.dsia.virtual_draft import DraftRunner
+from casspec_ref.kv_cache import KVCache
+from casspec_ref.model import Transformer, random_init_
+from casspec_ref.plan import ExecutionPlan
+from casspec_ref.sampling import TorchRandomSource, target_law
+from casspec_ref.speculative import generate_speculative
+from casspec_ref.tree import ChildRule
+
+LEVELS = {
+    "exit": ExecutionPlan(exit_after=2, name="exit"),
+    "skip": ExecutionPlan(skip_mlp=frozenset({2}), name="skip"),
+}
+CONTEXT = [3, 5, 7, 9, 3, 5, 7, 11, 3, 5]
+
+
+def _model() -> Transformer:
+    return random_init_(
+        Transformer(tiny_llama(vocab_size=32, max_seq_len=128)).to(torch.float64), seed=4
+    )
+
+
+def _drafter(
+    model: Transformer, sampling: DraftSampling, options: ScheduleOptions, seed: int = 0
+) -> tuple[StepDrafter, KVCache]:
+    cache = KVCache(model.config, 128, torch.float64)
+    with torch.no_grad():
+        model.forward(torch.tensor([CONTEXT[:-1]]), None, cache=cache)
+    drafter = StepDrafter(
+        CONTEXT[-1], CONTEXT, DraftRunner(model, cache), PromptLookup(CONTEXT), LEVELS, sampling,
+        TorchRandomSource(seed), options, max_nodes=64, max_depth=16,
+    )  # fmt: skip
+    return drafter, cache
+
+
+def test_lookup_continuation_agrees_with_prompt_lookup() -> None:
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        context = rng.integers(0, 4, size=int(rng.integers(1, 30))).tolist()
+        want = PromptLookup(context).propose(5)
+        assert lookup_continuation(context, 3, 5) == want, context
+
+
+def test_static_tree_shape_and_greedy_rules() -> None:
+    model = _model()
+    drafter, cache = _drafter(model, DraftSampling(), ScheduleOptions(static_branching=(2, 2, 1)))
+    make_schedule("static-tree", ScheduleSpec(list(LEVELS), 3)).build(drafter)
+    tree = drafter.tree
+    assert len(tree) == 1 + 2 + 4 + 4
+    assert tree.max_depth == 3
+    for node in range(len(tree)):
+        if tree.children(node):
+            assert tree.child_rule(node) is ChildRule.DETERMINISTIC
+    # Greedy: the first child of every node is the draft's argmax along that path.
+    for node in range(len(tree)):
+        kids = tree.children(node)
+        if kids:
+            logits = drafter.runner.logits(LEVELS["skip"], drafter.path_tokens(node))[-1]  # type: ignore[union-attr]
+            assert tree.token(kids[0]) == int(logits.argmax())
+    drafter.runner.release()  # type: ignore[union-attr]
+    assert cache.length == len(CONTEXT) - 1
+
+
+def test_sampled_children_declare_the_processed_law_they_were_drawn_from() -> None:
+    model = _model()
+    sampling = DraftSampling(temperature=0.7, top_k=5, top_p=0.9)
+    drafter, _ = _drafter(model, sampling, ScheduleOptions(static_branching=(3, 1)))
+    make_schedule("static-tree", ScheduleSpec(list(LEVELS), 3)).build(drafter)
+    tree = drafter.tree
+    assert tree.child_rule(0) is ChildRule.WITHOUT_REPLACEMENT
+    for node in range(1, len(tree)):
+        parent = tree.parent(node)
+        logits = drafter.runner.logits(LEVELS["skip"], drafter.path_tokens(parent))[-1]  # type: ignore[union-attr]
+        q = target_law(logits, 0.7, 5, 0.9).numpy()
+        law = tree.draft_probs(node)
+        assert law is not None
+        np.testing.assert_array_equal(law, q)  # exactly the processed law, not the raw softmax
+        assert q[tree.token(node)] > 0
+    first = tree.children(0)
+    assert len({tree.token(c) for c in first}) == len(first)  # without replacement
+
+
+@pytest.mark.parametrize("method", ["chain", "vc", "hc", "vchc"])
+def test_chain_methods_draft_chain_k_tokens(method: str) -> None:
+    model = _model()
+    drafter, _ = _drafter(model, DraftSampling(), ScheduleOptions(chain_k=5))
+    make_schedule(method, ScheduleSpec(list(LEVELS), 3)).build(drafter)
+    tree = drafter.tree
+    assert tree.max_depth == 5 and len(tree) == 6  # a chain
+    sources = {info.source for info in drafter.info[1:]}
+    if method == "hc":
+        assert sources == {"skip", "exit"}  # upper level first, cheapest later
+        assert drafter.info[1].source == "skip" and drafter.info[-1].source == "exit"
+
+
+def test_pld_only_uses_no_model() -> None:
+    drafter = StepDrafter(
+        CONTEXT[-1], CONTEXT, None, PromptLookup(CONTEXT), {}, DraftSampling(),
+        TorchRandomSource(0), ScheduleOptions(), max_nodes=64, max_depth=16,
+    )  # fmt: skip
+    make_schedule("pld", ScheduleSpec([], 3)).build(drafter)
+    assert drafter.tree.tokens[1:] == PromptLookup(CONTEXT).propose(10)
+
+
+def test_tree_never_depends_on_the_verifier_coins() -> None:
+    """In every step, every draft draw happens before the first verifier draw: a recording
+    random source sees the drafting and verifying phases strictly in that order."""
+    events: list[str] = []
+
+    class Recording(TorchRandomSource):
+        def bernoulli(self, prob):  # type: ignore[no-untyped-def]
+            events.append("verify")
+            return super().bernoulli(prob)
+
+        def categorical(self, probs):  # type: ignore[no-untyped-def]
+            import inspect
+
+            caller = inspect.stack()[1].function
+            events.append("verify" if caller in ("verify_tree",) else f"draw:{caller}")
+            return super().categorical(probs)
+
+    model = _model()
+    generate_speculative(
+        model, CONTEXT, 20, method="static-tree", temperature=1.0, rng=Recording(3),
+        drafts=tuple(LEVELS.values()), on_step=lambda t: events.append("step"),
+    )  # fmt: skip
+    steps = " ".join(events).split("step")
+    assert len(steps) > 3
+    drafted = 0
+    for segment in steps:
+        kinds = segment.split()
+        if "verify" in kinds:
+            first_verify = kinds.index("verify")
+            assert all(k == "verify" for k in kinds[first_verify:]), kinds
+        drafted += sum(1 for k in kinds if k.startswith("draw:propose"))
+    assert drafted > 0
+
+
+def test_option_and_method_errors() -> None:
+    with pytest.raises(ValueError, match="chain_k"):
+        ScheduleOptions(chain_k=0)
+    with pytest.raises(ValueError, match="swift_threshold"):
+        ScheduleOptions(swift_threshold=1.5)
+    with pytest.raises(ValueError, match="unknown method"):
+        make_schedule("medusa", ScheduleSpec(["a"], 3))
+    with pytest.raises(ValueError, match="needs at least one model draft"):
+        make_schedule("static-tree", ScheduleSpec([], 3))
