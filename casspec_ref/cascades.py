@@ -399,7 +399,14 @@ class StaticTree(Schedule):
 
 
 class DyTC(Schedule):
-    """CAS-Spec's dynamic tree cascade: best-first growth decided by `DyTCPolicy`."""
+    """CAS-Spec's dynamic tree cascade: best-first growth decided by `DyTCPolicy`.
+
+    Learning phase (our choice): the first step is a plain step (it times the target); then each
+    model level not yet timed is probed with one single-token draft at the root (twice: the first
+    timing pays one-time setup and is discarded). From then on, every step grows the tree leaf by
+    leaf while the predicted EWIF improves; a tree of the root alone is a plain decoding step.
+    Prompt lookup is offered at a leaf only where it has a proposal there.
+    """
 
     name = "cas-spec"
     needs_levels = False

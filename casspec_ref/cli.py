@@ -173,7 +173,8 @@ def _generate(args: argparse.Namespace) -> int:
         prompt_ids = tokenizer.encode(args.prompt)
     else:
         prompt_ids = tokenizer.apply_chat_template([{"role": "user", "content": args.prompt}])
-    streamer = _TextStreamer(tokenizer.decode, enabled=not args.json)
+    # With --show-tree the trace owns the terminal; the text is printed once at the end.
+    streamer = _TextStreamer(tokenizer.decode, enabled=not (args.json or args.show_tree))
     common: dict[str, Any] = dict(
         temperature=args.temperature,
         top_k=args.top_k,
@@ -217,7 +218,10 @@ def _generate(args: argparse.Namespace) -> int:
         }
         print(json.dumps(out, default=float))
         return 0
-    print()
+    if args.show_tree:
+        print("\n" + text)
+    else:
+        print()
     summary = f"[{method}] {len(generated)} tokens in {wall:.2f} s = {tokens_per_s:.1f} tok/s"
     if "mat" in stats:
         summary += f", MAT {stats['mat']:.2f} (bonus token included)"

@@ -284,6 +284,7 @@ class DyTCPolicy:
             )
         self.draft_latency = {name: LatencyModel(cfg.ridge) for name in [*self.drafts, PLD]}
         self.verify_latency = LatencyModel(cfg.ridge)
+        self._seen: set[str] = set()
 
     # -- what the loop reports -------------------------------------------------------------
     def observe_acceptance(self, draft: str, outcomes: Iterable[bool]) -> None:
@@ -292,7 +293,15 @@ class DyTCPolicy:
             self.alpha[draft].observe(1.0 if accepted else 0.0)
 
     def observe_draft(self, draft: str, seq_len: int, tokens: int, seconds: float) -> None:
-        """Record one draft forward (or one prompt lookup) and its wall time."""
+        """Record one draft forward (or one prompt lookup) and its wall time.
+
+        The first timing of each draft is discarded: it pays one-time setup (the int8 weight
+        copy of a quantized level, the cast of a low-precision level) that would otherwise
+        inflate the least-squares fit for many steps. The draft is then probed once more.
+        """
+        if draft not in self._seen:
+            self._seen.add(draft)
+            return
         self.draft_latency[draft].observe(seq_len, tokens, seconds)
 
     def observe_verify(self, seq_len: int, tree_size: int, seconds: float) -> None:

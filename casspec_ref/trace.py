@@ -206,7 +206,9 @@ class TreePrinter:
 
     def __call__(self, trace: StepTrace) -> None:
         stream = self.stream if self.stream is not None else sys.stdout
-        stream.write(self.format(trace, color=self._use_color(stream)) + "\n")
+        # The leading newline ends a line a token streamer may have left open (the CLI streams
+        # the committed text to the same stream) and separates the steps.
+        stream.write("\n" + self.format(trace, color=self._use_color(stream)) + "\n")
         stream.flush()
 
 
@@ -217,10 +219,16 @@ def plot_tree(
     decode: Callable[[Sequence[int]], str] | None = None,
     ax: Any = None,
     title: str | None = None,
+    levels: Sequence[str] = (),
 ) -> Any:
     """Draw one step's tree with matplotlib: node fill = draft level, edge = accepted (thick
     green), rejected (red) or not tested (grey, dashed); the next token hangs below the accepted
-    path in white. Returns the axes. Needs matplotlib (a dev dependency)."""
+    path in white. Returns the axes. Needs matplotlib (a dev dependency).
+
+    ``levels`` fixes the color order of the model draft levels (e.g. the hierarchy's plan
+    names), so that a level keeps its color across several pictures; levels not listed get the
+    next colors in order of appearance.
+    """
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
@@ -246,7 +254,7 @@ def plot_tree(
 
     place(0)
     palette: dict[str, str] = dict(_FIXED_MPL)
-    for s in dict.fromkeys(sources[1:]):
+    for s in dict.fromkeys([*levels, *sources[1:]]):
         if s not in palette:
             used = sum(1 for name in palette if name not in _FIXED_MPL)
             palette[s] = _LEVEL_MPL[used % len(_LEVEL_MPL)]

@@ -11,7 +11,7 @@ import torch
 
 from casspec_ref.cascades import ScheduleOptions
 from casspec_ref.config import tiny_gpt2, tiny_llama
-from casspec_ref.dytc import DyTCConfig
+from casspec_ref.dytc import DyTCConfig, DyTCPolicy
 from casspec_ref.generate import generate_ar
 from casspec_ref.kv_cache import KVCache
 from casspec_ref.model import Transformer, random_init_
@@ -167,8 +167,8 @@ class _CostlyDraftModel(Transformer):
 
 
 def test_dytc_falls_back_to_plain_steps_when_drafts_do_not_pay() -> None:
-    """Drafts as expensive as the target and a lookup that is never accepted: after one probe
-    per level, DyTC's trees are the root alone, i.e. plain decoding steps."""
+    """Drafts as expensive as the target and a lookup that is never accepted: after probing each
+    level, DyTC's trees are the root alone, i.e. plain decoding steps."""
     model = _CostlyDraftModel(tiny_llama(vocab_size=32, max_seq_len=128))
     random_init_(model, seed=0)
     model = model.to(torch.float64)
@@ -181,8 +181,8 @@ def test_dytc_falls_back_to_plain_steps_when_drafts_do_not_pay() -> None:
     )  # fmt: skip
     assert got.tokens == generate_ar(model, [1, 2, 3, 4, 5, 6], 40).tokens
     assert sizes[0] == 1  # the first step times the target
-    assert sizes[1:3] == [2, 2]  # one probe per level times it
-    assert set(sizes[3:]) == {1}, sizes
+    assert sizes[1:5] == [2, 2, 2, 2]  # two probes per level (the first timing is discarded)
+    assert set(sizes[5:]) == {1}, sizes
 
 
 def test_bad_input() -> None:
@@ -220,6 +220,9 @@ def test_bad_input() -> None:
         generate_speculative(model, [1], 4, method="chain", drafts=("skip",))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="static_branching"):
         ScheduleOptions(static_branching=())
+    stranger = DyTCPolicy(["other"])
+    with pytest.raises(ValueError, match="does not know"):
+        generate_speculative(model, [1], 4, drafts=_drafts(model), policy=stranger)
 
 
 @pytest.mark.real_model

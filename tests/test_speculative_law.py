@@ -70,7 +70,7 @@ def _warm_policy(model: _TimedModel, **sampling: float) -> DyTCPolicy:
     policy = DyTCPolicy([plan.name for plan in DRAFTS], DYTC)
     model.clock.now = 0.0
     generate_speculative(
-        model, [0, 1, 0, 2], 8, method="cas-spec", seed=0, drafts=DRAFTS, policy=policy,
+        model, [0, 1, 0, 2], 16, method="cas-spec", seed=0, drafts=DRAFTS, policy=policy,
         clock=model.clock, **sampling,
     )  # fmt: skip
     return policy
@@ -145,12 +145,12 @@ def test_exact_law_with_top_k_and_top_p() -> None:
 
 
 def test_dytc_actually_drafts_in_the_law_test() -> None:
-    """The exactness above is only evidence if DyTC built non-trivial trees along the way."""
+    """A fresh DyTC (no carried policy) leaves its timing and probing phase and drafts trees."""
     model = _model(vocab=3, seed=5)
     sizes: list[int] = []
     model.clock.now = 0.0
     generate_speculative(
-        model, [0, 1, 2, 1], 12, method="cas-spec", temperature=0.8, seed=3, drafts=DRAFTS,
+        model, [0, 1, 2, 1], 24, method="cas-spec", temperature=0.8, seed=3, drafts=DRAFTS,
         dytc=DyTCConfig(warmup=0, max_tree_size=4, max_k=2, siblings=2), clock=model.clock,
         on_step=lambda trace: sizes.append(len(trace.tree)),
     )  # fmt: skip

@@ -183,3 +183,24 @@ def test_plot_tree_draws_every_node() -> None:
         assert f"'t{token}'" in texts
     assert any(t.startswith("'t3'") and "bonus" in t for t in texts)
     np.testing.assert_equal(len(ax.lines), len(trace.tree))  # 3 edges + the next-token edge
+
+
+def test_plot_tree_keeps_level_colors_across_pictures() -> None:
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    from casspec_ref.trace import plot_tree
+
+    trace = _hand_step(False)
+
+    def fill_of(sources: list[str], token: str, levels: tuple[str, ...]) -> object:
+        ax = plot_tree(trace.tree, sources, trace.result, _decode, levels=levels)
+        [text] = [t for t in ax.texts if t.get_text() == f"'{token}'"]
+        patch = text.get_bbox_patch()
+        assert patch is not None
+        return tuple(patch.get_facecolor())
+
+    # Node 9 is drafted by "b"; whether "a" appears first or not, "b" keeps one color.
+    first = fill_of(["root", "a", "a", "b"], "t9", ("a", "b"))
+    second = fill_of(["root", "b", "b", "b"], "t9", ("a", "b"))
+    unfixed = fill_of(["root", "b", "b", "b"], "t9", ())
+    assert first == second != unfixed
