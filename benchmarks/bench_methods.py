@@ -46,6 +46,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     parser.add_argument("--fresh-policy", action="store_true")
     parser.add_argument("--json", default=None, help="also write the results to this file")
+    parser.add_argument(
+        "--time-budget", type=float, default=480.0,
+        help="seconds; no new prompt starts after this (the summary covers the prompts done)",
+    )  # fmt: skip
     return parser
 
 
@@ -88,7 +92,11 @@ def main(argv: list[str] | None = None) -> int:
         run(method, warm, 8)
 
     rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    began = time.perf_counter()
     for index, question in enumerate(chosen):
+        if time.perf_counter() - began > args.time_budget:
+            print(f"time budget spent: {index} of {len(chosen)} prompts measured")
+            break
         prompt = tokenizer.apply_chat_template([{"role": "user", "content": question.turns[0]}])
         order = methods[index % len(methods) :] + methods[: index % len(methods)]
         outputs: dict[str, list[int]] = {}
@@ -125,8 +133,9 @@ def main(argv: list[str] | None = None) -> int:
 
     ar_rate = statistics.mean(r["tok_s"] for r in rows["ar"])
     groups = [g for g in GROUP_ORDER if any(r["group"] == g for r in rows["ar"])]
+    done = len(rows["ar"])
     print(f"\nSmolLM2-135M {args.dtype}, greedy, {args.max_new_tokens} new tokens, "
-          f"{len(chosen)} prompts, {args.threads} threads, torch {torch.__version__}")  # fmt: skip
+          f"{done} prompts, {args.threads} threads, torch {torch.__version__}")  # fmt: skip
     print(f"naive loop: {ar_rate:.2f} tok/s")
     header = f"{'method':12s} {'speedup':>8s} {'MAT':>5s} " + " ".join(
         f"{g[:9]:>9s}" for g in groups

@@ -6,7 +6,7 @@ Issue 4, item 6. For each configuration (an `ExecutionPlan`, or prompt lookup):
   `casspec_ref.dsia.teacher_forced`), pooled over a mixed prompt set;
 - alpha_tv: mean of 1 - TV(p, q) at temperature 0.7 over the same positions (the acceptance
   probability of one sampled draft token);
-- c: the draft's one-token decode forward time over the target's, medians of interleaved rounds
+- c: the draft's one-token decode forward time over the target's, fastest of interleaved rounds
   in the same run (so that the load of a shared machine hits both alike).
 Writes docs/dsia.md's table (to stdout and docs/dsia_table.md) and docs/dsia_alpha_c.png with the
 effective cascade boundary of ALGORITHM.md §3 (an upper draft beats PLD alone iff
@@ -110,7 +110,11 @@ def tv_alpha(target_logits: torch.Tensor, draft_logits: torch.Tensor, temperatur
 
 
 def time_plans(model, plans: list[ExecutionPlan], ctx_ids: list[int], rounds: int) -> list[float]:
-    """Median one-token decode forward time per plan (seconds), interleaved rounds."""
+    """Fastest one-token decode forward time per plan (seconds) over interleaved rounds.
+
+    The minimum, not the median: on a shared machine the noise is other processes' load, which
+    only ever adds time, so the minimum of interleaved rounds is the least biased estimate.
+    """
     cache = KVCache(model.config, len(ctx_ids) + 2, torch.float32)
     model.forward(torch.tensor([ctx_ids[:-1]]), cache=cache, last_only=True)
     base = cache.length
@@ -125,13 +129,14 @@ def time_plans(model, plans: list[ExecutionPlan], ctx_ids: list[int], rounds: in
             cache.truncate(base)
             if r >= 2:  # two warm-up rounds: weight casts, int8 copies, allocator
                 samples[i].append(dt)
-    return [statistics.median(s) for s in samples]
+    return [min(s) for s in samples]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--new-tokens", type=int, default=48)
-    ap.add_argument("--rounds", type=int, default=10, help="timing rounds per plan")
+    ap.add_argument("--rounds", type=int, default=12, help="timing rounds per plan")
+    ap.add_argument("--prompts", type=int, default=len(PROMPTS), help="use the first N prompts")
     ap.add_argument("--temperature", type=float, default=0.7)
     ap.add_argument("--search-dir", type=Path, default=ROOT / "docs" / "layer_search")
     ap.add_argument("--research", action="store_true", help="redo the layer search")
@@ -152,7 +157,7 @@ def main() -> None:
             out[key] = TeacherForced(model, seq, len(ids))
         return out
 
-    evals = trajectories(PROMPTS)
+    evals = trajectories(dict(list(PROMPTS.items())[: args.prompts]))
     print(f"[{time.perf_counter() - t_start:.0f}s] trajectories", file=sys.stderr)
 
     path = search_cache_path(args.search_dir, "smollm2-135m", "mixed", 0.4)
@@ -174,7 +179,6 @@ def main() -> None:
     plans: list[tuple[str, ExecutionPlan]] = [
         ("identity", ExecutionPlan(name="target")),
         ("precision", bf16),
-        ("precision", precision_plan(torch.float16)),
         ("early exit", early_exit_plan(cfg, 20)),
         ("early exit", early_exit_plan(cfg, 25)),
         ("sparsity", alternate_skip_plan(cfg, 0.3)),
@@ -189,28 +193,36 @@ def main() -> None:
         ("act quant", quant_plan(4, group_size=32, name="a4g32-readable")),
         ("act quant", fast_all),
         ("act quant", fast_nodown),
-        ("act quant", quant_plan(8, 8, exclude={"head"}, fast=True)),
+        ("act quant", quant_plan(8, 8, fast=True, backend="int_mm", name="w8a8-fast-int_mm")),
         ("mixing", mix(r10, bf16, name="search-10sub+bf16")),
         ("mixing", mix(r10, fast_all, name="search-10sub+w8a8-fast")),
+        (
+            "mixing",
+            mix(ranked_skip_plan(cfg, ranking, 4 / 60), fast_all, name="search-4sub+w8a8-fast"),
+        ),
         ("mixing", mix(ranked_skip_plan(cfg, ranking, 0.2), bf16, name="search-0.2+bf16")),
     ]
     for level in seed_hierarchy(cfg, ranking=ranking, fast=True).levels:
         plans.append(("seed", level))
-    for level in seed_hierarchy(cfg, ranking=None, fast=True).levels:
+    for level in seed_hierarchy(cfg, ranking=None, fast=True).levels[:2]:
         plans.append(("seed-alt", replace_name(level, level.name + " (alt)")))
 
     ctx = max(evals.values(), key=lambda t: len(t.tokens)).tokens
     times = time_plans(model, [p for _, p in plans], ctx, args.rounds)
     print(f"[{time.perf_counter() - t_start:.0f}s] timing", file=sys.stderr)
     rows: list[Row] = []
+    argmaxes: dict[str, torch.Tensor] = {}
     for (kind, plan), dt in zip(plans, times, strict=True):
         agree = total = 0
         tv_sum = 0.0
+        picks = []
         for tf in evals.values():
             draft = tf.draft_logits(plan)
+            picks.append(draft.argmax(-1))
             agree += int((draft.argmax(-1) == tf.next_tokens).sum())
             tv_sum += tv_alpha(tf.target_logits, draft, args.temperature) * tf.width
             total += tf.width
+        argmaxes[plan.name] = torch.cat(picks)
         rows.append(Row(plan.name, kind, agree / total, tv_sum / total, dt / times[0],
                         sparsity(plan, cfg)))  # fmt: skip
     print(f"[{time.perf_counter() - t_start:.0f}s] alphas", file=sys.stderr)
@@ -231,19 +243,24 @@ def main() -> None:
     rows.append(Row("prompt lookup (n=3..1, 10 tok)", "PLD", alpha_pld, alpha_pld,
                     (pld_time / total) / times[0], 0.0))  # fmt: skip
 
+    def same(name: str) -> float:
+        return float((argmaxes[name] == argmaxes["w8a8-readable"]).float().mean())
+
     int8_mb = (
         fast_all.linear.int8_bytes() / 2**20 if isinstance(fast_all.linear, QuantKernel) else 0
     )
     n_pos = total
     env = (f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, "
            f"torch {torch.__version__}, fp32 target, {len(evals)} prompts, {n_pos} positions, "
-           f"target decode forward {times[0] * 1e3:.1f} ms (median), "
+           f"target decode forward {times[0] * 1e3:.1f} ms (fastest of {args.rounds}), "
            f"wall {time.perf_counter() - t_start:.0f} s")  # fmt: skip
     lines = [
         f"Measured: {env}.",
         f"Fast int8 path: one int8 weight copy of {int8_mb:.0f} MiB (all linears incl. head).",
         f"Target's own prefill argmax vs its greedy trajectory: "
         f"{statistics.mean(t.target_agreement() for t in evals.values()):.3f}.",
+        "Argmax agreement of the fast int8 path with its readable W8A8 twin: "
+        f"fbgemm {same('w8a8-fast'):.3f}, int_mm {same('w8a8-fast-int_mm'):.3f}.",
         "",
         "| configuration | kind | sparsity | alpha greedy | alpha 1-TV @T=0.7 | c |",
         "|---|---|---|---|---|---|",

@@ -307,6 +307,8 @@ def _top(levels: Sequence[str]) -> str:
 
 
 class PLDOnly(Schedule):
+    """Prompt lookup alone: its whole proposal as one deterministic chain (no model draft)."""
+
     name = "pld"
     needs_levels = False
 

@@ -12,8 +12,10 @@ section), written as small, separately testable pieces:
   configuration, fitted online by (lightly ridge-regularized) least squares. Deviation: we read
   ``depth`` as the number of tokens the forward processes (the path length fed to a draft, the tree
   size for the target's verification), because that is what varies between calls of one
-  configuration; the layer depth of a configuration is a constant absorbed into ``b0``. The
-  paper's Bayesian linear regression on roofline features is not reproduced.
+  configuration; the layer depth of a configuration is a constant absorbed into ``b0``. Old
+  timings are forgotten exponentially (a shared CPU's load drifts) and a prediction is never
+  below the fastest timing seen. The paper's Bayesian linear regression on roofline features is
+  not reproduced.
 - `t_score`: the paper's choice of draft S and length k at a leaf,
   ``T(S,k) = [a_S (1 - a_S^k) / (1 - a_S) + a_S^k a_PLD] / (c_S k + c_PLD)``.
 - `ewif_chain`, `expected_tree_tokens`, `tree_ewif`: the expected walltime improvement factor of a
@@ -66,6 +68,8 @@ class DyTCConfig:
         long_context: the context length that triggers `long_context_drop`.
         ridge: the ridge term of the latency least squares, > 0 (keeps the fit defined when
             seq_len or depth never vary).
+        latency_forgetting: the forgetting factor of the latency least squares, in (0, 1]
+            (1 = every timing weighs the same; below 1 recent timings weigh more).
     """
 
     ema_weight: float = 0.3
@@ -83,6 +87,7 @@ class DyTCConfig:
     long_context_drop: bool = False
     long_context: int = 512
     ridge: float = 1e-6
+    latency_forgetting: float = 0.98
 
     def __post_init__(self) -> None:
         checks = [
@@ -99,6 +104,7 @@ class DyTCConfig:
             ("min_gain", self.min_gain >= 1.0, ">= 1"),
             ("long_context", self.long_context >= 1, ">= 1"),
             ("ridge", self.ridge > 0.0, "> 0"),
+            ("latency_forgetting", 0.0 < self.latency_forgetting <= 1.0, "in (0, 1]"),
         ]
         for name, ok, allowed in checks:
             if not ok:
@@ -145,11 +151,15 @@ class LatencyModel:
     seq_len or depth have not varied yet.
     """
 
-    def __init__(self, ridge: float = 1e-6) -> None:
+    def __init__(self, ridge: float = 1e-6, forgetting: float = 1.0) -> None:
         if ridge <= 0:
             raise ValueError(f"ridge={ridge!r} is invalid: allowed is > 0")
+        if not 0.0 < forgetting <= 1.0:
+            raise ValueError(f"forgetting={forgetting!r} is invalid: allowed is in (0, 1]")
         self.ridge = ridge
+        self.forgetting = forgetting
         self.count = 0
+        self.fastest = math.inf
         self._xtx = np.zeros((3, 3))
         self._xty = np.zeros(3)
         self._coef: np.ndarray | None = None
@@ -164,9 +174,12 @@ class LatencyModel:
         if seconds < 0 or not math.isfinite(seconds):
             raise ValueError(f"a latency must be a finite number of seconds >= 0, got {seconds!r}")
         x = self._features(seq_len, depth)
-        self._xtx += np.outer(x, x)
-        self._xty += x * seconds
+        # Exponential forgetting (recursive least squares): on a shared machine old timings
+        # describe another load; 1.0 is plain least squares over everything.
+        self._xtx = self.forgetting * self._xtx + np.outer(x, x)
+        self._xty = self.forgetting * self._xty + x * seconds
         self.count += 1
+        self.fastest = min(self.fastest, seconds)
         self._coef = None
 
     @property
@@ -178,11 +191,13 @@ class LatencyModel:
         return b0, b1k / 1000.0, b2
 
     def predict(self, seq_len: int, depth: int) -> float:
-        """Predicted seconds; never negative (a short fit can extrapolate below zero)."""
+        """Predicted seconds, never below the fastest timing observed (a noisy fit can
+        extrapolate to zero or below, which would make every draft look free or infinitely
+        expensive)."""
         if self.count == 0:
             raise ValueError("LatencyModel.predict needs at least one observation")
         b0, b1, b2 = self.coefficients
-        return max(0.0, b0 + b1 * seq_len + b2 * depth)
+        return max(self.fastest, b0 + b1 * seq_len + b2 * depth)
 
 
 def geometric_tokens(alpha: float, k: int) -> float:
@@ -282,8 +297,9 @@ class DyTCPolicy:
             self.alpha[name] = AcceptanceEstimator(
                 prior, weight=cfg.ema_weight, window=cfg.window, warmup=cfg.warmup
             )
-        self.draft_latency = {name: LatencyModel(cfg.ridge) for name in [*self.drafts, PLD]}
-        self.verify_latency = LatencyModel(cfg.ridge)
+        forget = cfg.latency_forgetting
+        self.draft_latency = {name: LatencyModel(cfg.ridge, forget) for name in [*self.drafts, PLD]}
+        self.verify_latency = LatencyModel(cfg.ridge, forget)
         self._seen: set[str] = set()
 
     # -- what the loop reports -------------------------------------------------------------

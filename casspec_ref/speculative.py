@@ -91,7 +91,10 @@ def default_drafts(model: Any) -> tuple[ExecutionPlan, ...]:
 
     SmolLM2-sized fp32 models: layer skipping of the cheapest blocks (SMOLLM2.md) and int8
     per-channel weights with 8-bit activations except ``mlp_down`` (agreement 0.78 at about half
-    a step). Small test models get early exit and a two-block skip, which run in any dtype.
+    a step; float32 only). Small test models get an early exit before the last block and the
+    middle block's MLP skipped, which run in any dtype. Each call builds new plans, and a fast
+    int8 level copies its weights on first use: build the hierarchy once and pass it as `drafts`
+    when generating repeatedly.
     """
     from casspec_ref.dsia.act_quant import quant_plan
 
@@ -287,7 +290,11 @@ def generate_speculative(
                 t0 = clock()
                 node_tokens = torch.tensor([tree.tokens], dtype=torch.long, device=device)  # (1,N)
                 positions = tree.positions(base)[None].to(device)  # (1, N)
-                mask = tree.attention_mask(base).to(device)  # (N, base + N)
+                # A chain (the root alone included) is a causal sequence: passing no mask takes
+                # the model's causal path, which is the naive loop's path and faster than an
+                # explicit mask. Branching trees need the ancestors mask.
+                is_chain = all(tree.parent(i) == i - 1 for i in range(1, len(tree)))
+                mask = None if is_chain else tree.attention_mask(base).to(device)  # (N, base+N)
                 logits = model.forward(node_tokens, positions, cache=cache, attn_mask=mask)
                 t_verify_step = clock() - t0
                 t_verify += t_verify_step

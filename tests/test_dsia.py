@@ -243,7 +243,12 @@ def test_teacher_forced_equals_one_token_drafts_on_the_target_cache(family: str)
 
 
 def test_smollm2_presets_are_valid_and_nested() -> None:
-    from casspec_ref.dsia.presets import SMOLLM2_RANKING, smollm2_drafts, smollm2_seed_hierarchy
+    from casspec_ref.dsia.presets import (
+        SMOLLM2_RANKING,
+        smollm2_cascade,
+        smollm2_drafts,
+        smollm2_seed_hierarchy,
+    )
 
     cfg = smollm2_135m()
     assert len(set(SMOLLM2_RANKING)) == len(SMOLLM2_RANKING) == 56
@@ -252,5 +257,8 @@ def test_smollm2_presets_are_valid_and_nested() -> None:
     assert drafts["search-4sub"].skip_attention <= drafts["search-10sub"].skip_attention
     assert drafts["search-10sub+bf16"].compute_dtype == torch.bfloat16
     smollm2_seed_hierarchy(cfg).validate(cfg)
+    low, high = smollm2_cascade(cfg).levels
+    assert low.linear is high.linear  # one shared int8 kernel: one int8 weight copy
+    assert abs(sparsity(low, cfg) - 0.3) < 0.02 and sparsity(high, cfg) == 0.0
     with pytest.raises(ValueError, match="30 blocks"):
         smollm2_drafts(tiny_llama())

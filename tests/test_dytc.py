@@ -225,3 +225,18 @@ def test_policy_respects_the_size_budget_and_expands_the_best_leaf() -> None:
     assert expansion is not None and expansion.leaf == 5
     full = policy.config.max_tree_size
     assert policy.plan_expansion(leaves, full, 2.0, 0.0, 100, {3: ["l1"], 5: ["l1"]}) is None
+
+
+def test_latency_forgetting_follows_a_load_change_and_predictions_have_a_floor() -> None:
+    plain, forgetful = LatencyModel(), LatencyModel(forgetting=0.8)
+    for _ in range(50):  # a loaded machine: 1 s per forward
+        plain.observe(100, 1, 1.0)
+        forgetful.observe(100, 1, 1.0)
+    for _ in range(30):  # the load goes away: 0.03 s
+        plain.observe(100, 1, 0.03)
+        forgetful.observe(100, 1, 0.03)
+    assert forgetful.predict(100, 1) < 0.05 < plain.predict(100, 1)
+    noisy = LatencyModel()
+    noisy.observe(10, 1, 0.05)
+    noisy.observe(300, 1, 0.01)  # extrapolating this trend to long contexts goes below zero
+    assert noisy.predict(3000, 1) == pytest.approx(0.01)

@@ -55,10 +55,26 @@ def smollm2_drafts(config: ModelConfig) -> dict[str, ExecutionPlan]:
         "search-0.3": ranked_skip_plan(config, SMOLLM2_RANKING, 0.3, name="search-0.3"),
         "search-10sub+bf16": mix(skip10, bf16, name="search-10sub+bf16"),
         "search-10sub+w8a8-fast": mix(skip10, w8a8, name="search-10sub+w8a8-fast"),
+        "search-0.3+w8a8-fast": mix(
+            ranked_skip_plan(config, SMOLLM2_RANKING, 0.3), w8a8, name="search-0.3+w8a8-fast"
+        ),
     }
     for plan in drafts.values():
         plan.validate(config)
     return drafts
+
+
+def smollm2_cascade(config: ModelConfig) -> Hierarchy:
+    """The two model levels recommended for CAS-Spec on SmolLM2 (CPU), cheapest first.
+
+    Measured in docs/dsia.md (fp32 target, 6 prompts, CPU): ``search-0.3+w8a8-fast`` alpha
+    ~0.65 at c ~0.49 and ``w8a8-fast`` alpha ~0.93 at c ~0.63; PLD (alpha ~0.22, c ~0) goes
+    below them. Both levels share one int8 weight copy (one `QuantKernel`).
+    """
+    drafts = smollm2_drafts(config)
+    hierarchy = Hierarchy("smollm2-cpu", (drafts["search-0.3+w8a8-fast"], drafts["w8a8-fast"]))
+    hierarchy.validate(config)
+    return hierarchy
 
 
 def smollm2_seed_hierarchy(config: ModelConfig) -> Hierarchy:
