@@ -336,9 +336,9 @@ def _level_counts(records: Sequence[QuestionRecord]) -> dict[str, dict[str, floa
     levels: dict[str, dict[str, float]] = defaultdict(lambda: {"proposed": 0.0, "accepted": 0.0})
     for r in records:
         for t in r.turns:
-            for name, counts in (t.stats.get("levels") or {}).items():
-                for key in ("proposed", "accepted"):
-                    levels[name][key] += float(counts.get(key, 0))
+            for key in ("proposed", "accepted"):
+                for name, count in (t.stats.get(key) or {}).items():
+                    levels[name][key] += float(count)
     return {
         name: {**c, "acceptance": c["accepted"] / c["proposed"] if c["proposed"] else 0.0}
         for name, c in levels.items()

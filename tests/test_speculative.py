@@ -19,13 +19,36 @@ from casspec_ref.plan import ExecutionPlan
 from casspec_ref.speculative import METHODS, StepTrace, generate_speculative
 
 
-def _model(family: str = "llama", seed: int = 0, damp: float = 0.1) -> Transformer:
+class _TickingClock:
+    """A deterministic clock advanced by the model's forwards (DyTC times its drafts with it)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class _CheapDraftModel(Transformer):
+    """Forwards advance a fake clock, 1 + 0.05 T for the target and 0.1 T for a draft plan, so
+    that DyTC's decisions do not depend on the load of the machine running the test."""
+
+    clock: _TickingClock
+
+    def forward(self, tokens, positions=None, cache=None, attn_mask=None, plan=None, **kw):  # type: ignore[no-untyped-def, override]
+        width = tokens.shape[1]
+        identity = plan is None or plan.is_identity
+        self.clock.now += (1.0 + 0.05 * width) if identity else 0.1 * width
+        return super().forward(tokens, positions, cache, attn_mask, plan, **kw)
+
+
+def _model(family: str = "llama", seed: int = 0, damp: float = 0.1) -> _CheapDraftModel:
     """A tiny float64 model whose last block is damped, so that drafts skipping or exiting
     before it agree with the target often but not always (partial acceptance)."""
     make = tiny_llama if family == "llama" else tiny_gpt2
-    model = random_init_(
-        Transformer(make(vocab_size=32, max_seq_len=128)).to(torch.float64), seed=seed
-    )
+    model = _CheapDraftModel(make(vocab_size=32, max_seq_len=128))
+    model.clock = _TickingClock()
+    model = random_init_(model.to(torch.float64), seed=seed)
     last = model.config.n_layers - 1
     with torch.no_grad():
         for name, param in model.named_parameters():
@@ -62,8 +85,9 @@ def test_greedy_equals_ar_with_partial_acceptance(method: str, family: str) -> N
                 lengths.append((len(t.result.accepted), t.tree.max_depth))
 
             got = generate_speculative(
-                model, prompt, 30, method=method, drafts=_drafts(model), on_step=trace
-            )
+                model, prompt, 30, method=method, drafts=_drafts(model), on_step=trace,
+                clock=model.clock,
+            )  # fmt: skip
             assert got.tokens == want, f"{method} diverged from generate_ar on {prompt}"
             partial += sum(1 for a, d in lengths if 0 < a < d)
             drafted += sum(1 for _, d in lengths if d > 0)
