@@ -187,10 +187,19 @@ def _make_runner(method: str, model: Any, stop_ids: Sequence[int]) -> Runner:
     if method in EXTERNAL_METHODS:
         return _make_hf_runner(method, model, stop_ids)
 
-    from casspec_ref.speculative import generate_speculative
+    from casspec_ref.dytc import DyTCPolicy
+    from casspec_ref.speculative import default_drafts, generate_speculative
+
+    options: dict[str, Any] = {}
+    if method == "cas-spec":
+        # DyTC's online estimates (acceptance, latency) persist across questions, as they would
+        # in a server: each call would otherwise spend its first steps re-learning the costs.
+        options["policy"] = DyTCPolicy([plan.name for plan in default_drafts(model)])
 
     def run_spec(prompt_ids: list[int], max_new: int) -> tuple[list[int], dict[str, Any]]:
-        result = generate_speculative(model, prompt_ids, max_new, method=method, stop_ids=stop_ids)
+        result = generate_speculative(
+            model, prompt_ids, max_new, method=method, stop_ids=stop_ids, **options
+        )
         return list(result.tokens), dict(result.stats)
 
     return run_spec
