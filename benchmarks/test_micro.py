@@ -80,3 +80,24 @@ def test_verifier_vs_tree_size(benchmark, n_nodes: int, mode: str) -> None:
         laws = [rng.dirichlet(np.full(VOCAB, 0.05)) for _ in range(n_nodes)]
     source = TorchRandomSource(seed=0)
     benchmark(lambda: verify_tree(tree, laws, source))
+
+
+@pytest.mark.parametrize("tree_size", [1, 8, 24])
+def test_dytc_planning_time_per_decision(benchmark, tree_size: int) -> None:
+    """One `DyTCPolicy.plan_expansion` call on a partial tree of `tree_size` nodes, with trained
+    estimates (two model levels and PLD): the policy's own cost, excluding draft forwards."""
+    from casspec_ref.dytc import PLD, DyTCConfig, DyTCPolicy
+
+    policy = DyTCPolicy(["light", "heavy"], DyTCConfig(warmup=0))
+    for seq_len in (100, 200, 300):
+        policy.observe_verify(seq_len, 1, 0.040)
+        policy.observe_verify(seq_len, 4, 0.060)
+        for name, seconds in (("light", 0.020), ("heavy", 0.025), (PLD, 0.0001)):
+            policy.observe_draft(name, seq_len, 1, seconds)
+            policy.observe_draft(name, seq_len, 1, seconds)
+    for name, outcomes in (("light", [1, 0, 1]), ("heavy", [1, 1, 1, 0]), (PLD, [0, 1])):
+        policy.observe_acceptance(name, [bool(o) for o in outcomes])
+    leaves = [(node, 0.9**node, min(node, 8)) for node in range(max(1, tree_size // 2), tree_size)]
+    leaves = leaves or [(0, 1.0, 0)]
+    available = {node: ["light", "heavy", PLD] for node, _, _ in leaves}
+    benchmark(policy.plan_expansion, leaves, tree_size, 1.5, 0.01, 250, available)

@@ -387,7 +387,7 @@ def summarize(
             ]
             time_split = {
                 key: _stat_sum(all_records, key)
-                for key in ("time_draft_s", "time_verify_s", "time_other_s")
+                for key in ("time_draft_s", "time_plan_s", "time_verify_s", "time_other_s")
             }
             rows.append(
                 {

@@ -257,7 +257,7 @@ def generate_speculative(
         "draft_forwards": 0,
         "tree_sizes": [],
     }
-    t_draft = t_verify = 0.0
+    t_draft = t_verify = t_plan = 0.0
     t_start = clock()
     tokens: list[int] = []
     stopped = False
@@ -304,6 +304,9 @@ def generate_speculative(
                     stats["draft_forwards"] += runner.forwards
                     runner.release()
                 t_draft += clock() - t0
+                # Planning: drafting time not spent in draft forwards or lookups (DyTC's policy,
+                # tree bookkeeping).
+                t_plan += max(0.0, clock() - t0 - sum(drafter.seconds.values()))
 
                 tree = drafter.tree
                 t0 = clock()
@@ -353,6 +356,7 @@ def generate_speculative(
     forwards = max(1, stats["target_forwards"])
     stats["mat"] = len(tokens) / forwards if tokens else 0.0
     stats["time_draft_s"] = t_draft
+    stats["time_plan_s"] = t_plan
     stats["time_verify_s"] = t_verify
     stats["time_other_s"] = max(0.0, elapsed - t_draft - t_verify)
     policy = getattr(schedule, "policy", None)

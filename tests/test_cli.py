@@ -69,3 +69,8 @@ def test_generate_json_on_the_real_model(method: str) -> None:
     assert out["timing"]["tokens_per_s"] > 0
     if method != "ar":
         assert out["stats"]["mat"] >= 1.0
+
+
+def test_bench_subcommand_passes_its_options_through(capsys) -> None:
+    assert main(["bench", "--methods", "ar,warp-drive", "--max-new-tokens", "4"]) == 2
+    assert "warp-drive" in capsys.readouterr().err
