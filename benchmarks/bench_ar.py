@@ -1,6 +1,6 @@
 """Benchmark the naive autoregressive loop (`generate_ar`) on SmolLM2-135M, next to transformers.
 
-Scope: the baseline every speculative speedup is divided by (ALGORITHM.md §7), so it has to be
+Scope: the baseline every speculative speedup is divided by (docs/method.md §7), so it has to be
 fast and fair. For each ``--dtype`` this script times greedy `generate_ar` on the embedded
 SmolLM2-135M-Instruct GGUF (prefill included in the timed region, after a warm-up run) and, when
 ``transformers`` is importable, `LlamaForCausalLM.generate` (greedy, same weights, renamed from our

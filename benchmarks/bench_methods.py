@@ -1,6 +1,6 @@
 """Every decoding method side by side on SmolLM2-135M: speedup over the naive loop, per group.
 
-Scope: issue 5's performance check (ALGORITHM.md §7 protocol, reduced): float32 (default),
+Scope: issue 5's performance check (docs/method.md §7 protocol, reduced): float32 (default),
 greedy, N new tokens, a mixed prompt set covering the six Spec-Bench groups
 (`casspec_ref/data/prompts.jsonl`, first turn of each question). One warm-up generation per
 method, then for each prompt every method runs once, in an order rotated per prompt so that slow

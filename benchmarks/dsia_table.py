@@ -9,7 +9,7 @@ Issue 4, item 6. For each configuration (an `ExecutionPlan`, or prompt lookup):
 - c: the draft's one-token decode forward time over the target's, fastest of interleaved rounds
   in the same run (so that the load of a shared machine hits both alike).
 Writes docs/dsia.md's table (to stdout and docs/dsia_table.md) and docs/dsia_alpha_c.png with the
-effective cascade boundary of ALGORITHM.md §3 (an upper draft beats PLD alone iff
+effective cascade boundary of docs/method.md §3 (an upper draft beats PLD alone iff
 alpha - alpha_PLD > c).
 
 Run: OMP_NUM_THREADS=2 .venv/bin/python benchmarks/dsia_table.py [--new-tokens 48]
@@ -295,7 +295,7 @@ def plot(rows: list[Row], alpha_pld: float, path: Path) -> None:
     xs = torch.linspace(0, cmax, 50)
     bound = (alpha_pld + xs).clamp(max=1.0)
     ax.fill_between(xs.tolist(), bound.tolist(), [1.02] * 50, color="tab:green", alpha=0.12,
-                    label="beats PLD alone: alpha - alpha_PLD > c (ALGORITHM.md §3)")  # fmt: skip
+                    label="beats PLD alone: alpha - alpha_PLD > c (docs/method.md §3)")  # fmt: skip
     ax.plot(xs.tolist(), bound.tolist(), color="tab:green")
     kinds = sorted({r.kind for r in rows})
     cmap = plt.get_cmap("tab10")

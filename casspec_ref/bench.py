@@ -3,7 +3,7 @@
 ``python -m casspec_ref bench --questions FILE --methods ar,pld,cas-spec --max-new-tokens N
 --runs R --device cpu|cuda --dtype float32|bfloat16|float16 --out DIR [--quick]``
 
-Protocol (ALGORITHM.md §7, after Spec-Bench, Xia et al. 2024):
+Protocol (docs/method.md §7, after Spec-Bench, Xia et al. 2024):
 - questions in Spec-Bench's ``question.jsonl`` format (``question_id``, ``category``, ``turns``);
   the eight MT-Bench categories count as one group, ``mt_bench``; a multi-turn question is a
   conversation in which each turn sees the method's previous answers, and its tokens and wall

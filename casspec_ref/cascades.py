@@ -1,6 +1,6 @@
 """Draft schedules: how one speculative step drafts its token tree (DyTC and the baselines).
 
-Scope: ALGORITHM.md §3 (vertical and horizontal cascades) and §4 (DyTC and the ablation
+Scope: docs/method.md §3 (vertical and horizontal cascades) and §4 (DyTC and the ablation
 baselines of the paper): chain speculative decoding with one DSIA draft, PLD only, vertical
 cascade (VC), horizontal cascade (HC), VC+HC (CS-Drafting), a SWIFT-style confidence tree, a
 static tree, and CAS-Spec's DyTC. Every schedule only *builds* a `DraftTree`; the loop in
@@ -11,7 +11,7 @@ The drafting primitives live in `StepDrafter` (one per step): model drafts run t
 `DraftRunner` (scratch rows of the target's cache, reused along a path), prompt lookup through
 `PromptLookup` at the root and a direct n-gram search at deeper nodes.
 
-How children are declared (ALGORITHM.md §5):
+How children are declared (docs/method.md §5):
 - Greedy (temperature 0): a model draft proposes the top-P tokens of its logits and argmax chains;
   prompt lookup and cascade-reviewed tokens are fixed proposals. All are `DETERMINISTIC`.
 - Sampling: a model draft draws its children from its processed law q (the same temperature,
@@ -87,7 +87,7 @@ class ScheduleOptions:
 
 @dataclass(frozen=True)
 class DraftSampling:
-    """The sampling transforms drafts apply, identical to the target's (ALGORITHM.md §5)."""
+    """The sampling transforms drafts apply, identical to the target's (docs/method.md §5)."""
 
     temperature: float = 0.0
     top_k: int = 0

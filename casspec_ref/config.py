@@ -11,7 +11,7 @@ Notable choices:
   allowed range, so a bad config fails at construction, not deep inside torch.
 - ``rope_theta`` is ignored by the GPT-2 family (learned positions) but still validated.
 - The tiny presets are small enough for float64 exactness tests (vocab <= 64, width <= 64,
-  <= 4 layers); ``smollm2_135m`` matches the embedded GGUF (see SMOLLM2.md).
+  <= 4 layers); ``smollm2_135m`` matches the embedded GGUF (see docs/smollm2.md).
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ def tiny_gpt2(**overrides: Any) -> ModelConfig:
 
 
 def smollm2_135m() -> ModelConfig:
-    """SmolLM2-135M-Instruct, as stored in the embedded GGUF (see SMOLLM2.md)."""
+    """SmolLM2-135M-Instruct, as stored in the embedded GGUF (see docs/smollm2.md)."""
     return ModelConfig(
         family="llama", vocab_size=49152, n_layers=30, d_model=576, n_heads=9, n_kv_heads=3,
         d_ff=1536, max_seq_len=8192, norm_eps=1e-5, rope_theta=100000.0, tie_embeddings=True,

@@ -1,6 +1,6 @@
 """DyTC, the dynamic tree cascade: the estimates and rules that decide what to draft.
 
-Scope: CAS-Spec's dynamic tree cascade (ALGORITHM.md §4; paper arXiv 2510.26843, the DyTC
+Scope: CAS-Spec's dynamic tree cascade (docs/method.md §4; paper arXiv 2510.26843, the DyTC
 section), written as small, separately testable pieces:
 
 - `AcceptanceEstimator`: an online acceptance estimate alpha per draft configuration. After a
@@ -19,7 +19,7 @@ section), written as small, separately testable pieces:
 - `t_score`: the paper's choice of draft S and length k at a leaf,
   ``T(S,k) = [a_S (1 - a_S^k) / (1 - a_S) + a_S^k a_PLD] / (c_S k + c_PLD)``.
 - `ewif_chain`, `expected_tree_tokens`, `tree_ewif`: the expected walltime improvement factor of a
-  chain (ALGORITHM.md §1) and of a tree under i.i.d. acceptance; the tree stop rule keeps growing
+  chain (docs/method.md §1) and of a tree under i.i.d. acceptance; the tree stop rule keeps growing
   while the predicted tree EWIF improves (our reconstruction: the paper's exact rule was not
   available to us).
 - `max_cascade_depth`: the seed article's rules of thumb as options, K = min(3, log2(L / 12))

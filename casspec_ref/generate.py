@@ -1,12 +1,12 @@
 """Generation loops: plain autoregressive decoding (the baseline every speedup is measured against).
 
 Scope: `generate_ar`, the naive loop, one token per target forward through the KV cache; it is
-also the correctness oracle (ALGORITHM.md §1: a lossless speculative method emits exactly the
+also the correctness oracle (docs/method.md §1: a lossless speculative method emits exactly the
 tokens of this loop under greedy decoding, and the same law when sampling). The speculative loop
 is added to this module separately.
 
 Notable choices:
-- Fair baseline (SMOLLM2.md, "the naive loop must be fair"): the prompt is prefilled in one
+- Fair baseline (docs/smollm2.md, "the naive loop must be fair"): the prompt is prefilled in one
   forward that computes the LM head for the last position only; each later step feeds exactly
   one token; no forward runs after the last token is chosen; linears use the model's fastest
   exact kernels, the same ones the speculative paths use.

@@ -3,7 +3,7 @@
 Scope: one preallocated buffer per model, shaped ``(L, B, H_kv, max_len, D_head)``, and an
 explicit ``length``: rows ``[0, length)`` hold the K/V of the verified prefix. A forward writes
 its new tokens' K/V at ``[length, length + T)`` (`write`) and the model calls `advance` once at
-the end. Speculative decoding (CAS-Spec §4 / ALGORITHM.md §4, "compact the KV of the accepted
+the end. Speculative decoding (CAS-Spec §4 / docs/method.md §4, "compact the KV of the accepted
 path and drop the rest") then uses `commit` to keep the accepted tree nodes, or `truncate` to
 drop draft scratch rows.
 

@@ -2,15 +2,15 @@
 
 Scope: one `Transformer` class whose `forward` runs new tokens against a `KVCache`, with an
 arbitrary boolean attention mask (so a whole token tree is verified in one forward, CAS-Spec §4 /
-ALGORITHM.md §4: each node sees the verified prefix and its ancestors, position = prefix length +
-depth) and an `ExecutionPlan` (ALGORITHM.md §2: layer sparsity, early exit, activation
+docs/method.md §4: each node sees the verified prefix and its ancestors, position = prefix length +
+depth) and an `ExecutionPlan` (docs/method.md §2: layer sparsity, early exit, activation
 quantization via a `LinearKernel`, precision switching). The target and all its virtual drafts are
 this one object with one set of weights.
 
 Families:
 - Llama: RMSNorm, rotary embeddings in the Hugging Face "rotate half" convention (so GGUF Q/K rows
-  must be un-permuted by the loader, see SMOLLM2.md), grouped-query attention, SwiGLU MLP, tied or
-  untied LM head, no biases unless ``config.attention_bias``.
+  must be un-permuted by the loader, see docs/smollm2.md), grouped-query attention, SwiGLU MLP,
+  tied or untied LM head, no biases unless ``config.attention_bias``.
 - GPT-2: LayerNorm, learned positions, GELU (tanh approximation) MLP, biases, tied head.
 
 Notable choices:
@@ -25,8 +25,8 @@ Notable choices:
   ``(W @ x^T)^T`` form with a duplicated row: 8.3 ms; 576->576, T=1: 14 us vs 73 us);
   bf16 ``(W @ x^T)^T`` was faster for T >= 2 (576->576: 36 us vs 50 us; head T=2: 1.45 ms vs
   2.17 ms) and, with the single row duplicated into two columns, for T = 1 (head: 1.47 ms vs
-  2.0 ms). SMOLLM2.md reports the opposite fp32 behaviour on another CPU (a slow 1-3 row GEMV in
-  ``F.linear``): rerun ``benchmarks/bench_ar.py --linear-forms`` on a new machine and adjust
+  2.0 ms). docs/smollm2.md reports the opposite fp32 behaviour on another CPU (a slow 1-3 row
+  GEMV in ``F.linear``): rerun ``benchmarks/bench_ar.py --linear-forms`` on a new machine and adjust
   `_TRANSPOSED_DTYPES`.
 - Grouped-query attention without copying K/V: the G query heads that share one KV head are
   folded into the query-length axis, ``(B, H, T, D) -> (B, H_kv, G*T, D)``, and the mask is

@@ -1,6 +1,6 @@
 """The exact-law oracle: prove a verifier lossless by enumerating every outcome, not by sampling.
 
-Scope (ALGORITHM.md §1 "lossless", §5, §6): peers test losslessness with Monte Carlo counts,
+Scope (docs/method.md §1 "lossless", §5, §6): peers test losslessness with Monte Carlo counts,
 which cannot see an error of total variation 4e-4. Here a function that draws all of its
 randomness through the `RandomSource` protocol is run under `EnumeratingSource`, which explores
 every outcome with its probability (a depth-first replay of decision prefixes, pruning
@@ -651,7 +651,7 @@ def reference_chain_verifier(inputs: ChainInputs, rng: RandomSource) -> list[int
 
 
 def raw_bonus_replica(inputs: ChainInputs, rng: RandomSource) -> list[int]:
-    """A replica of a shipped bug (ALGORITHM.md §6): the bonus token from *unprocessed* logits.
+    """A replica of a shipped bug (docs/method.md §6): the bonus token from *unprocessed* logits.
 
     Everything else is right. It is here only so that the CLI can demonstrate a failing check:
     ``python -m casspec_ref oracle check casspec_ref.oracle:raw_bonus_replica``.
@@ -796,7 +796,7 @@ def _emitted(tree: DraftTree, laws: list[np.ndarray], rng: RandomSource) -> list
 
 def build_vectors() -> dict[str, Any]:
     """The test vectors: for each fixed tree and target laws, the exact law of the emitted
-    tokens under casspec_ref's verifier (the rules of ALGORITHM.md §5), as "a/b" strings."""
+    tokens under casspec_ref's verifier (the rules of docs/method.md §5), as "a/b" strings."""
     vectors = []
     for name, tree, laws in _vector_trees():
         law = exact_law(functools.partial(_emitted, tree, laws), exact=True)
@@ -816,7 +816,7 @@ def build_vectors() -> dict[str, Any]:
     return {
         "format": VECTORS_FORMAT,
         "description": (
-            "Exact output laws of lossless tree verification (casspec_ref, ALGORITHM.md §5). "
+            "Exact output laws of lossless tree verification (casspec_ref, docs/method.md §5). "
             "Node 0 is the root; nodes are listed from 1 in order; 'rule' is how the parent's "
             "children were proposed; target_probs[i] is the processed target law at node i; "
             "emitted_law maps the space-separated emitted tokens (accepted drafts, then the "

@@ -1,6 +1,6 @@
 """The execution plan: what one forward pass of the target model does.
 
-A DSIA strategy (dynamically switchable inference acceleration, CAS-Spec §2 / ALGORITHM.md §2)
+A DSIA strategy (dynamically switchable inference acceleration, CAS-Spec §2 / docs/method.md §2)
 is *data*: it produces an `ExecutionPlan`, and `Transformer.forward` reads that plan in one
 clearly marked place. Nothing is monkeypatched and no module is swapped, so the target model and
 all of its virtual draft models are the same object with the same weights.

@@ -1,6 +1,6 @@
 """Sampling: logits -> the processed target law p, and the random sources algorithms draw from.
 
-Scope (ALGORITHM.md §1 and §5 invariants): the losslessness contract is stated against the
+Scope (docs/method.md §1 and §5 invariants): the losslessness contract is stated against the
 *processed* law p, i.e. the law plain autoregressive sampling really draws from after the
 sampling transforms. This module is the one place where those transforms live, so that the
 speculative paths and the naive loop cannot disagree about them.
@@ -17,7 +17,7 @@ Notable choices:
   first) whose mass is >= top_p; concretely token j is kept when the mass strictly before it in
   that order is < top_p, which never drops the most likely token. top_p = 1 is "off".
 - Renormalization is a plain division by the kept mass: no epsilon is added anywhere (an epsilon
-  would bias the law, ALGORITHM.md §5 invariants).
+  would bias the law, docs/method.md §5 invariants).
 - Randomness is injected: every algorithm draws through a `RandomSource`, so the exact-law oracle
   (casspec_ref.oracle) can substitute an enumerating source and prove losslessness exactly.
 """

@@ -1,6 +1,6 @@
 """The speculative decoding loop: draft a tree, verify it in one target forward, commit, repeat.
 
-Scope: ALGORITHM.md §4 ("verify the whole tree in one target forward ... then compact the KV of
+Scope: docs/method.md §4 ("verify the whole tree in one target forward ... then compact the KV of
 the accepted path") and §5 (the verifier's contract), for every method of `METHODS`: plain AR,
 prompt lookup only, the baseline cascades and CAS-Spec's DyTC (`casspec_ref.cascades`).
 
@@ -22,7 +22,7 @@ Notable choices:
 - MAT (tau) counts committed tokens per target forward, prefill included and bonus token
   included: plain AR is exactly 1.00.
 - A tree of the root only is exactly a naive decoding step: DyTC returns it when no draft is
-  predicted to pay (ALGORITHM.md §4 "fall back to plain decoding").
+  predicted to pay (docs/method.md §4 "fall back to plain decoding").
 """
 
 from __future__ import annotations
@@ -100,8 +100,8 @@ def default_drafts(model: Any) -> tuple[ExecutionPlan, ...]:
     - SmolLM2-135M in float32 (30 layers, width 576): `presets.smollm2_cascade`, the two levels
       measured best on CPU in docs/dsia.md (30% searched sub-layers + fast int8, alpha ~0.65 at
       c ~0.49; fast int8 alone, alpha ~0.93 at c ~0.63), sharing one int8 weight copy.
-    - Other models with >= 12 layers: skipping the blocks found cheapest on SmolLM2 (SMOLLM2.md)
-      and, in float32, fast int8 on every linear but ``mlp_down``.
+    - Other models with >= 12 layers: skipping the blocks found cheapest on SmolLM2
+      (docs/smollm2.md) and, in float32, fast int8 on every linear but ``mlp_down``.
     - Small (test) models: an early exit before the last block and the middle block's MLP
       skipped, which run in any dtype.
     """

@@ -10,7 +10,7 @@ How the tiktoken ``Encoding`` is built, and why it is exact for SmolLM2:
   and emits the rank as the token id. Hugging Face BPE merges the pair that comes first in the
   merge list. The two agree when "rank = token id" orders merge results like the merge list,
   which holds for SmolLM2 (ids of merge results increase along the merge list; checked for
-  ``tokenizer.json`` input, stated in SMOLLM2.md for the GGUF and checked against the
+  ``tokenizer.json`` input, stated in docs/smollm2.md for the GGUF and checked against the
   ``tokenizers`` library in ``tests/test_tokenizer.py``).
 - Byte-level BPE stores each byte as a printable unicode character (the GPT-2 byte<->unicode
   table, rebuilt in :func:`bytes_to_unicode`); tiktoken wants raw bytes, so every token string
@@ -20,7 +20,7 @@ How the tiktoken ``Encoding`` is built, and why it is exact for SmolLM2:
   when ``allow_special=True``.
 - Pre-tokenization: SmolLM2 splits digits one by one and a digit also ends a whitespace run;
   :data:`SMOLLM2_PATTERN` reproduces ``Digits(individual_digits=True) + ByteLevel(use_regex)``
-  (SMOLLM2.md: matched token for token on 5000 random strings and 417 files). GPT-2 uses
+  (docs/smollm2.md: matched token for token on 5000 random strings and 417 files). GPT-2 uses
   :data:`GPT2_PATTERN`.
 
 Decisions and deviations:

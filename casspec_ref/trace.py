@@ -6,7 +6,7 @@ the tutorials. It reads what `casspec_ref.speculative.generate_speculative` hand
 draws nothing else: it never touches the model, the cache or the random source, so turning the
 trace on cannot change what is generated.
 
-What a learner sees per step (ALGORITHM.md §4-5):
+What a learner sees per step (docs/method.md §4-5):
 - every node of the tree, indented with box-drawing characters, colored by its draft level
   (``pld``, the model draft levels, ...) with a legend, and marked ``+`` accepted, ``x`` rejected
   (tested and refused by the verifier) or ``.`` not tested (below a rejection, or beyond the

@@ -1,6 +1,6 @@
 """The draft token tree: nodes, how each node's children were proposed, tree attention.
 
-Scope (ALGORITHM.md §4 "verify the whole tree in one target forward", §5 node rules): a
+Scope (docs/method.md §4 "verify the whole tree in one target forward", §5 node rules): a
 `DraftTree` holds the drafted tokens of one speculative step, the law each sampled token was
 drawn from, and how the children of every node were proposed (`ChildRule`). The verifier
 (casspec_ref.verify) reads it; the speculative loop feeds its nodes to one target forward with
@@ -17,7 +17,7 @@ Conventions and choices:
   (accept with probability p_i(x), on rejection zero x in the residual).
 - `WITHOUT_REPLACEMENT` children carry the *unconditional* law q they were drawn from, in
   drawing order, and must be distinct tokens; the verifier derives the conditional laws itself
-  (ALGORITHM.md §5 rule 3). `INDEPENDENT` children each carry their own q_i and may repeat a
+  (docs/method.md §5 rule 3). `INDEPENDENT` children each carry their own q_i and may repeat a
   token. `DETERMINISTIC` children carry no law and may repeat a token.
 """
 
@@ -31,7 +31,7 @@ import torch
 
 
 class ChildRule(Enum):
-    """How the children of one node were proposed (ALGORITHM.md §5 rules 1-4)."""
+    """How the children of one node were proposed (docs/method.md §5 rules 1-4)."""
 
     INDEPENDENT = "independent"  # child i drawn from its own law q_i (rules 1 and 2)
     WITHOUT_REPLACEMENT = "without_replacement"  # children drawn in order from one q (rule 3)

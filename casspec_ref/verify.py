@@ -1,6 +1,6 @@
 """THE verifier: lossless rejection sampling over a draft token tree (chains are trees).
 
-Scope (ALGORITHM.md §5, rules 1-5; proofs in docs/algorithm.md): every decoder in casspec_ref
+Scope (docs/method.md §5, rules 1-5; proofs in docs/algorithm.md): every decoder in casspec_ref
 calls `verify_tree`. Starting at the root, the verifier tests the children of the current node
 in their drafting order against the current residual of the processed target law p at that node,
 following the rule the node declares (`ChildRule`):

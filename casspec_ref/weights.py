@@ -16,7 +16,7 @@ GGUF (read with ``gguf.GGUFReader``):
   independent implementation.
 - The rotary trap: llama.cpp's converter permutes the rows of ``attn_q``/``attn_k`` within each
   head so its kernel can rotate adjacent pairs; our model uses the Hugging Face "rotate half"
-  convention, so :func:`unpermute_qk_from_gguf` undoes it (SMOLLM2.md). Without this, the model
+  convention, so :func:`unpermute_qk_from_gguf` undoes it (docs/smollm2.md). Without this, the model
   runs but produces garbage (tested).
 - No ``output.weight`` means the head is tied to the token embedding.
 

@@ -1,7 +1,7 @@
 """CUDA checks, run by benchmarks/cuda_check.sh on a GPU machine; skipped where CUDA is absent.
 
 On a GPU, batched (tree) and one-token kernels may round differently, so a greedy divergence in
-float32/bf16 is possible in principle (ALGORITHM.md §6): the test reports the first divergence
+float32/bf16 is possible in principle (docs/method.md §6): the test reports the first divergence
 and the target's logit gap there instead of hiding it.
 """
 

@@ -1,6 +1,6 @@
 """Tests of the static KV cache (casspec_ref.kv_cache): write/advance, commit, truncate, clone.
 
-The central invariant (ALGORITHM.md §5): after verifying a token tree and committing the accepted
+The central invariant (docs/method.md §5): after verifying a token tree and committing the accepted
 path, the cache equals a fresh prefill of the accepted prefix (float64, tolerance 1e-10).
 """
 

@@ -1,6 +1,6 @@
 """Mutation controls: the exact-law checks must catch every known way to break a verifier.
 
-Each mutant is a deliberately broken verifier (ALGORITHM.md §6 lists where these bugs shipped).
+Each mutant is a deliberately broken verifier (docs/method.md §6 lists where these bugs shipped).
 The same check as tests/test_verify_properties.py (exact law of one speculative step, then AR,
 against the law of plain AR sampling) runs on a fixed battery of scenarios; a mutant is caught
 when some scenario shows a total variation above 1e-9. A control runs the unbroken variant of the
@@ -95,7 +95,7 @@ def _normalized(law: np.ndarray) -> np.ndarray:
 
 
 def mutant_verifier(bug: str) -> TreeVerifier:
-    """The node rules of ALGORITHM.md §5 with one bug switched on ("none": no bug)."""
+    """The node rules of docs/method.md §5 with one bug switched on ("none": no bug)."""
 
     def verify(tree: DraftTree, laws: list[np.ndarray], rng: RandomSource) -> list[int]:
         node, emitted = 0, []

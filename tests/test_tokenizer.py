@@ -1,7 +1,7 @@
 """The tiktoken-based tokenizer: tiny hand-built vocabularies, then the real SmolLM2 vocabulary.
 
 Oracles: the Hugging Face ``tokenizers`` library (a different BPE engine) built from the same
-vocabulary and merges, when installed; round trips; the ChatML string given in SMOLLM2.md.
+vocabulary and merges, when installed; round trips; the ChatML string given in docs/smollm2.md.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Unit tests of casspec_ref.tree and casspec_ref.verify: the edge cases of ALGORITHM.md §5.
+"""Unit tests of casspec_ref.tree and casspec_ref.verify: the edge cases of docs/method.md §5.
 
 Every law check here is exact: the verifier runs on `Fraction` laws under the enumerating source
 of casspec_ref.oracle, and the expected law is computed by hand in the test.

@@ -1,6 +1,6 @@
 """Activation quantization as a DSIA strategy: the readable fake-quant kernels and a fast int8 path.
 
-Scope: ALGORITHM.md §2 ("Activation quantization"); the seed article's 8-bit drafts (L2, L3).
+Scope: docs/method.md §2 ("Activation quantization"); the seed article's 8-bit drafts (L2, L3).
 A `QuantKernel` is a `LinearKernel` (plan.py): it is handed ``x``, the layer's weight and bias,
 the block index and the linear's name, and decides whether to quantize.
 
@@ -31,7 +31,7 @@ of ``fake_quant_absmax`` is within ``m / (2 * qmax)`` of the input (half a quant
 
 Deviations and notes: the probe in the issue used PyTorch's dynamic quantization (per-*tensor*
 activation scale), which kept ~0.45 argmax agreement on SmolLM2; per-*token* scales are the form
-ALGORITHM.md names and are what we implement; which linears to quantize is the ``names`` /
+docs/method.md names and are what we implement; which linears to quantize is the ``names`` /
 ``layers`` selection (the MLP down projection sees the widest activation range). 4-bit uses the
 same symmetric absmax rule; per-token 4-bit is coarse, so ``group_size`` (e.g. 32) is offered.
 """

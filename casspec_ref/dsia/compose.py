@@ -1,6 +1,6 @@
 """Composing DSIA strategies into draft hierarchies: Mixing, Scaling, Replacing.
 
-Scope: ALGORITHM.md §2 ("Ways to build a hierarchy") and the seed article's example hierarchy
+Scope: docs/method.md §2 ("Ways to build a hierarchy") and the seed article's example hierarchy
 (L1: 70% sparsity + early exit; L2: 30% sparsity + 8-bit activations; L3: 8-bit only).
 
 - Mixing (`mix`): orthogonal strategies combined into one plan (union of skipped sub-layers,

@@ -1,9 +1,9 @@
 """Early exit: run the first ``exit_after`` blocks, then the shared final norm and LM head.
 
-Scope: ALGORITHM.md §2 ("Early exit"); the seed article's L1 draft combines it with sparsity.
+Scope: docs/method.md §2 ("Early exit"); the seed article's L1 draft combines it with sparsity.
 No extra head is trained or stored: the exit reuses the target's own final norm and head
 (`ExecutionPlan.exit_after`), so the draft adds no weights. On small models it is a weak draft
-(SMOLLM2.md: exiting after 25 of 30 layers keeps ~0.39 greedy agreement).
+(docs/smollm2.md: exiting after 25 of 30 layers keeps ~0.39 greedy agreement).
 """
 
 from __future__ import annotations

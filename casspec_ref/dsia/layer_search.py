@@ -1,6 +1,6 @@
 """On-the-fly layer-set search in the style of SWIFT, at sub-layer granularity, cached as JSON.
 
-Scope: ALGORITHM.md §2 ("SWIFT chooses the skipped sub-layers on the fly ... matchness").
+Scope: docs/method.md §2 ("SWIFT chooses the skipped sub-layers on the fly ... matchness").
 Matchness of a plan = fraction of recent positions where its argmax equals the token actually
 generated, measured with `TeacherForced` (the draft reads the target's K/V, as it will in the
 speculative loop).

@@ -1,6 +1,6 @@
 """Layer sparsity: skip the attention and/or MLP sub-layers of chosen blocks.
 
-Scope: ALGORITHM.md §2 ("Layer sparsity"), the strategy SWIFT and CAS-Spec's sparse drafts use.
+Scope: docs/method.md §2 ("Layer sparsity"), the strategy SWIFT and CAS-Spec's sparse drafts use.
 A skipped sub-layer does not run at all: the residual stream passes through unchanged and no K/V
 is written for a skipped attention (the model reads `ExecutionPlan.skip_attention`/`skip_mlp`).
 
@@ -74,7 +74,7 @@ def alternate_skip_plan(
 ) -> ExecutionPlan:
     """Skip ``round(ratio * n_layers)`` whole blocks spread evenly over the middle blocks.
 
-    ``keep_first``/``keep_last`` blocks always run (ALGORITHM.md §2: the first and last layers
+    ``keep_first``/``keep_last`` blocks always run (docs/method.md §2: the first and last layers
     are usually kept; on SmolLM2 layers 0-1 and 28-29 are essential).
     """
     middle = list(range(keep_first, config.n_layers - keep_last))

@@ -1,9 +1,9 @@
 """Precision switching: run the draft forward in a lower floating-point dtype.
 
-Scope: ours (ALGORITHM.md §2, "worth measuring"), not one of the paper's strategies. The plan
+Scope: ours (docs/method.md §2, "worth measuring"), not one of the paper's strategies. The plan
 sets `ExecutionPlan.compute_dtype`; the model casts its weights once and keeps that copy (a
 documented extra copy: half the fp32 size for bf16). On this CPU bf16 keeps ~0.98 greedy
-agreement with the fp32 target at about 0.6 of its step time (SMOLLM2.md).
+agreement with the fp32 target at about 0.6 of its step time (docs/smollm2.md).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Named DSIA draft configurations for SmolLM2-135M, chosen from the measured (alpha, c) table.
 
-Scope: issue 4, items 6-7; the levels CAS-Spec's hierarchy (ALGORITHM.md §2-4) draws from.
+Scope: issue 4, items 6-7; the levels CAS-Spec's hierarchy (docs/method.md §2-4) draws from.
 Every preset is a function of the model config, so it validates against the model it runs on.
 
 `SMOLLM2_RANKING` is the sub-layer order found by `layer_search.search_layers` (greedy growth to

@@ -1,13 +1,13 @@
 """Prompt lookup decoding (PLD): the near-free bottom draft of the cascade.
 
-Scope: ALGORITHM.md §2 ("PLD"). Given everything seen so far (prompt + committed tokens), take the
+Scope: docs/method.md §2 ("PLD"). Given everything seen so far (prompt + committed tokens), take the
 last ``n`` tokens, find an earlier occurrence of that n-gram, and propose the tokens that followed
 it; try ``n = max_ngram`` first and fall back down to ``min_ngram``. Proposals are deterministic
 (a `ChildRule.DETERMINISTIC` chain for the verifier).
 
 Notable choices:
 - Defaults follow Spec-Bench's PLD baseline: ``max_ngram = 3`` and up to 10 proposed tokens.
-- Which earlier occurrence: ALGORITHM.md says the *most recent* one (``prefer="recent"``, our
+- Which earlier occurrence: docs/method.md says the *most recent* one (``prefer="recent"``, our
   default); the public PLD code used by Spec-Bench and by Hugging Face ``transformers`` scans
   from the start and takes the *first* one (``prefer="first"``). Both are one parameter away.
 - Incremental index: one dict per n maps an n-gram to where its continuation starts. Appending a

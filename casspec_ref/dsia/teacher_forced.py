@@ -1,6 +1,6 @@
 """Scoring a draft plan along a fixed trajectory as it would run inside speculative decoding.
 
-Scope: the measurement behind SWIFT's "matchness" (ALGORITHM.md §2) and the alpha of the DSIA
+Scope: the measurement behind SWIFT's "matchness" (docs/method.md §2) and the alpha of the DSIA
 table (issue 4, item 6). During speculative decoding a draft proposing the token at position
 ``t + 1`` reads the *target's* K/V for positions ``<= t - 1`` and its own for the token it feeds.
 `TeacherForced` reproduces exactly that for every position of a trajectory in one forward:
@@ -13,7 +13,7 @@ table (issue 4, item 6). During speculative decoding a draft proposing the token
 
 This equals W separate one-token draft forwards on the target's cache (a test checks it),
 at the cost of one. Teacher forcing with the draft's *own* K/V for the prefix would measure a
-different (worse, SMOLLM2.md: 0.15 vs 0.30) draft.
+different (worse, docs/smollm2.md: 0.15 vs 0.30) draft.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Virtual draft models: run the target under a DSIA plan on scratch rows of its own KV cache.
 
-Scope: ALGORITHM.md §2 ("Draft KV"): a draft reads the target's KV for verified tokens; what it
+Scope: docs/method.md §2 ("Draft KV"): a draft reads the target's KV for verified tokens; what it
 writes for unverified tokens is scratch, discarded after the step. Every draft is the same
 `Transformer` object run with another `ExecutionPlan`, so drafts add no weight copies.
 
@@ -16,7 +16,7 @@ writes for unverified tokens is scratch, discarded after the step. Every draft i
 - ``release()`` truncates the cache back to ``base``.
 
 Choice: recomputing a short unverified path instead of sharing scratch K/V between plans
-(ALGORITHM.md §2 names it "the simple fix"). Scratch rows of a skipped attention sub-layer are
+(docs/method.md §2 names it "the simple fix"). Scratch rows of a skipped attention sub-layer are
 never written, and never read by the plan that skipped it.
 """
 
