@@ -498,6 +498,7 @@ class DyTC(Schedule):
             for _ in range(calls):
                 policy.observe_draft(name, prefix_len, 1, seconds / calls)
         on_path = {0, *accepted}
+        tested = set()
         for node in range(1, len(drafter.tree)):
             info = drafter.info[node]
             if (
@@ -506,6 +507,8 @@ class DyTC(Schedule):
                 and info.source in policy.alpha
             ):
                 policy.observe_acceptance(info.source, [node in on_path])
+                tested.add(info.source)
+        policy.end_step(tested)
 
 
 @dataclass

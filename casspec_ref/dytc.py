@@ -70,6 +70,10 @@ class DyTCConfig:
             seq_len or depth never vary).
         latency_forgetting: the forgetting factor of the latency least squares, in (0, 1]
             (1 = every timing weighs the same; below 1 recent timings weigh more).
+        reexplore: per step in which a draft was not tested, its acceptance estimate moves this
+            fraction of the way back to its prior, in [0, 1) (our addition: a draft whose
+            estimate fell is never proposed, so without it its estimate could never recover
+            when the text changes, e.g. from free answers to copying a passage).
     """
 
     ema_weight: float = 0.3
@@ -88,6 +92,7 @@ class DyTCConfig:
     long_context: int = 512
     ridge: float = 1e-6
     latency_forgetting: float = 0.98
+    reexplore: float = 0.02
 
     def __post_init__(self) -> None:
         checks = [
@@ -105,6 +110,7 @@ class DyTCConfig:
             ("long_context", self.long_context >= 1, ">= 1"),
             ("ridge", self.ridge > 0.0, "> 0"),
             ("latency_forgetting", 0.0 < self.latency_forgetting <= 1.0, "in (0, 1]"),
+            ("reexplore", 0.0 <= self.reexplore < 1.0, "in [0, 1)"),
         ]
         for name, ok, allowed in checks:
             if not ok:
@@ -141,6 +147,10 @@ class AcceptanceEstimator:
         else:
             window_mean = sum(self._recent) / len(self._recent)
             self.alpha = (1.0 - self.weight) * self.alpha + self.weight * window_mean
+
+    def relax(self, rate: float) -> None:
+        """Move the estimate `rate` of the way back to the prior (a step without observations)."""
+        self.alpha += rate * (self.prior - self.alpha)
 
 
 class LatencyModel:
@@ -307,6 +317,13 @@ class DyTCPolicy:
         """Record, per drafted node whose parent was accepted, whether the node was accepted."""
         for accepted in outcomes:
             self.alpha[draft].observe(1.0 if accepted else 0.0)
+
+    def end_step(self, tested: Iterable[str]) -> None:
+        """After a step: the drafts not tested in it relax towards their prior (`reexplore`)."""
+        tested = set(tested)
+        for name, estimator in self.alpha.items():
+            if name not in tested and estimator.count > 0:
+                estimator.relax(self.config.reexplore)
 
     def observe_draft(self, draft: str, seq_len: int, tokens: int, seconds: float) -> None:
         """Record one draft forward (or one prompt lookup) and its wall time.

@@ -240,3 +240,23 @@ def test_latency_forgetting_follows_a_load_change_and_predictions_have_a_floor()
     noisy.observe(10, 1, 0.05)
     noisy.observe(300, 1, 0.01)  # extrapolating this trend to long contexts goes below zero
     assert noisy.predict(3000, 1) == pytest.approx(0.01)
+
+
+def test_untested_drafts_relax_towards_their_prior_so_they_can_recover() -> None:
+    """A draft whose estimate fell is not proposed, so it gets no observations: `end_step`
+    moves it back towards its prior by `reexplore` per step, and leaves tested drafts alone."""
+    from casspec_ref.dytc import PLD, DyTCConfig, DyTCPolicy
+
+    policy = DyTCPolicy(["model"], DyTCConfig(warmup=0, reexplore=0.1, prior_pld_alpha=0.5))
+    policy.observe_acceptance(PLD, [False] * 30)
+    policy.observe_acceptance("model", [True] * 30)
+    low, high = policy.alpha[PLD].alpha, policy.alpha["model"].alpha
+    assert low < 0.05 and high > 0.9
+    policy.end_step(tested={"model"})
+    assert policy.alpha[PLD].alpha == pytest.approx(low + 0.1 * (0.5 - low))
+    assert policy.alpha["model"].alpha == high
+    for _ in range(50):
+        policy.end_step(tested=())
+    assert policy.alpha[PLD].alpha == pytest.approx(0.5, abs=0.01)
+    with pytest.raises(ValueError, match="reexplore"):
+        DyTCConfig(reexplore=1.0)
