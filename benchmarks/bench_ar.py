@@ -27,38 +27,10 @@ import torch
 from casspec_ref.config import smollm2_135m
 from casspec_ref.generate import generate_ar
 from casspec_ref.model import Transformer, random_init_
+from casspec_ref.weights import to_hf_llama_state_dict
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 PROMPT = "Explain in a few sentences why the sky is blue."
-
-
-def hf_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
-    """Our parameter names -> Hugging Face LlamaForCausalLM names (same layouts)."""
-    sub = {
-        "attn_norm": "input_layernorm",
-        "mlp_norm": "post_attention_layernorm",
-        "attn.q": "self_attn.q_proj",
-        "attn.k": "self_attn.k_proj",
-        "attn.v": "self_attn.v_proj",
-        "attn.o": "self_attn.o_proj",
-        "mlp.gate": "mlp.gate_proj",
-        "mlp.up": "mlp.up_proj",
-        "mlp.down": "mlp.down_proj",
-    }
-    top = {
-        "tok_emb.weight": "model.embed_tokens.weight",
-        "norm.weight": "model.norm.weight",
-        "head.weight": "lm_head.weight",
-    }
-    out = {}
-    for name, tensor in model.state_dict().items():
-        if name in top:
-            out[top[name]] = tensor
-        else:
-            _, i, rest = name.split(".", 2)
-            module, param = rest.rsplit(".", 1)
-            out[f"model.layers.{i}.{sub[module]}.{param}"] = tensor
-    return out
 
 
 def build_hf(model: Transformer) -> Any:
@@ -83,7 +55,7 @@ def build_hf(model: Transformer) -> Any:
     hf_config.rope_parameters = {"rope_type": "default", "rope_theta": c.rope_theta}
     dtype = model.tok_emb.weight.dtype
     hf = transformers.LlamaForCausalLM(hf_config).to(dtype).eval()
-    hf.load_state_dict(hf_state_dict(model), strict=False)
+    hf.load_state_dict(to_hf_llama_state_dict(model.state_dict()), strict=False)
     if c.tie_embeddings:
         hf.tie_weights()
     return hf

@@ -233,28 +233,9 @@ def _make_hf_runner(method: str, model: Any, stop_ids: Sequence[int]) -> Runner:
     device = next(model.parameters()).device
     hf: Any = LlamaForCausalLM(hf_config)
     hf = hf.to(dtype=dtype, device=device).eval()
-    ours = model.state_dict()
-    renamed = {
-        "model.embed_tokens.weight": ours["tok_emb.weight"],
-        "model.norm.weight": ours["norm.weight"],
-    }
-    for i in range(cfg.n_layers):
-        p, q = f"layers.{i}.", f"model.layers.{i}."
-        for a, b in (
-            ("attn_norm.weight", "input_layernorm.weight"),
-            ("mlp_norm.weight", "post_attention_layernorm.weight"),
-            ("attn.q.weight", "self_attn.q_proj.weight"),
-            ("attn.k.weight", "self_attn.k_proj.weight"),
-            ("attn.v.weight", "self_attn.v_proj.weight"),
-            ("attn.o.weight", "self_attn.o_proj.weight"),
-            ("mlp.gate.weight", "mlp.gate_proj.weight"),
-            ("mlp.up.weight", "mlp.up_proj.weight"),
-            ("mlp.down.weight", "mlp.down_proj.weight"),
-        ):
-            renamed[q + b] = ours[p + a]
-    if not cfg.tie_embeddings:
-        renamed["lm_head.weight"] = ours["head.weight"]
-    hf.load_state_dict(renamed, strict=False)
+    from casspec_ref.weights import to_hf_llama_state_dict
+
+    hf.load_state_dict(to_hf_llama_state_dict(model.state_dict()), strict=False)
     extra: dict[str, Any] = {"prompt_lookup_num_tokens": 10} if method == "hf-pld" else {}
     eos = list(stop_ids) or None
 

@@ -336,6 +336,40 @@ def _read_hf_tensors(directory: Path) -> dict[str, torch.Tensor]:
     return tensors
 
 
+#: Hugging Face LlamaForCausalLM sub-module names -> ours (same tensor layouts).
+HF_LLAMA_MODULES = {
+    "self_attn.q_proj": "attn.q",
+    "self_attn.k_proj": "attn.k",
+    "self_attn.v_proj": "attn.v",
+    "self_attn.o_proj": "attn.o",
+    "mlp.gate_proj": "mlp.gate",
+    "mlp.up_proj": "mlp.up",
+    "mlp.down_proj": "mlp.down",
+    "input_layernorm": "attn_norm",
+    "post_attention_layernorm": "mlp_norm",
+}
+
+
+def to_hf_llama_state_dict(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Our Llama parameter names -> Hugging Face LlamaForCausalLM names (the inverse of the
+    loader's renaming), for side-by-side comparisons with transformers."""
+    ours_to_hf = {ours: hf for hf, ours in HF_LLAMA_MODULES.items()}
+    top = {
+        "tok_emb.weight": "model.embed_tokens.weight",
+        "norm.weight": "model.norm.weight",
+        "head.weight": "lm_head.weight",
+    }
+    out = {}
+    for name, tensor in state.items():
+        if name in top:
+            out[top[name]] = tensor
+            continue
+        _, layer, rest = name.split(".", 2)  # layers.{i}.{module}.{param}
+        module, param = rest.rsplit(".", 1)
+        out[f"model.layers.{layer}.{ours_to_hf[module]}.{param}"] = tensor
+    return out
+
+
 def _hf_llama(cfg: Mapping[str, Any], raw: dict[str, torch.Tensor]) -> tuple[ModelConfig, dict]:
     if cfg.get("hidden_act", "silu") != "silu":
         raise ValueError(f"hidden_act={cfg['hidden_act']!r}; only 'silu' is supported for llama")
@@ -368,17 +402,7 @@ def _hf_llama(cfg: Mapping[str, Any], raw: dict[str, torch.Tensor]) -> tuple[Mod
         bos_id=cfg.get("bos_token_id"),
         eos_ids=tuple(eos) if isinstance(eos, list) else (() if eos is None else (int(eos),)),
     )
-    renames = {
-        "self_attn.q_proj": "attn.q",
-        "self_attn.k_proj": "attn.k",
-        "self_attn.v_proj": "attn.v",
-        "self_attn.o_proj": "attn.o",
-        "mlp.gate_proj": "mlp.gate",
-        "mlp.up_proj": "mlp.up",
-        "mlp.down_proj": "mlp.down",
-        "input_layernorm": "attn_norm",
-        "post_attention_layernorm": "mlp_norm",
-    }
+    renames = HF_LLAMA_MODULES
     state: dict[str, torch.Tensor] = {}
     for name, value in raw.items():
         if name.endswith("rotary_emb.inv_freq"):

@@ -13,6 +13,7 @@ from casspec_ref.config import ModelConfig, tiny_gpt2, tiny_llama
 from casspec_ref.kv_cache import KVCache
 from casspec_ref.model import Transformer, exact_linear, random_init_
 from casspec_ref.plan import ExecutionPlan
+from casspec_ref.weights import to_hf_llama_state_dict
 
 FAMILIES = {"llama": tiny_llama, "gpt2": tiny_gpt2}
 TOL = dict(rtol=0.0, atol=1e-10)
@@ -284,35 +285,6 @@ def test_llama_rope_depends_only_on_relative_positions() -> None:
     assert not torch.allclose(gpt2(tokens % 53, shifted), gpt2(tokens % 53))
 
 
-def to_hf_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
-    """Our parameter names -> Hugging Face LlamaForCausalLM names."""
-    rename = {
-        "tok_emb.weight": "model.embed_tokens.weight",
-        "norm.weight": "model.norm.weight",
-        "head.weight": "lm_head.weight",
-    }
-    sub = {
-        "attn_norm": "input_layernorm",
-        "mlp_norm": "post_attention_layernorm",
-        "attn.q": "self_attn.q_proj",
-        "attn.k": "self_attn.k_proj",
-        "attn.v": "self_attn.v_proj",
-        "attn.o": "self_attn.o_proj",
-        "mlp.gate": "mlp.gate_proj",
-        "mlp.up": "mlp.up_proj",
-        "mlp.down": "mlp.down_proj",
-    }
-    out = {}
-    for name, tensor in model.state_dict().items():
-        if name in rename:
-            out[rename[name]] = tensor
-            continue
-        _, i, rest = name.split(".", 2)
-        module, param = rest.rsplit(".", 1)
-        out[f"model.layers.{i}.{sub[module]}.{param}"] = tensor
-    return out
-
-
 @pytest.mark.parametrize("tied", [False, True])
 def test_llama_matches_transformers(tied: bool) -> None:
     """An independent oracle for RMSNorm, rotate-half RoPE, GQA and SwiGLU (skipped if absent)."""
@@ -334,7 +306,8 @@ def test_llama_matches_transformers(tied: bool) -> None:
     )
     hf_config.rope_parameters = {"rope_type": "default", "rope_theta": c.rope_theta}
     hf = transformers.LlamaForCausalLM(hf_config).to(torch.float64).eval()
-    missing, unexpected = hf.load_state_dict(to_hf_state_dict(model), strict=False)
+    hf_state = to_hf_llama_state_dict(model.state_dict())
+    missing, unexpected = hf.load_state_dict(hf_state, strict=False)
     assert not unexpected and all("lm_head" in m or "rotary" in m for m in missing)
     tokens = random_tokens(c, 10, seed=12)
     with torch.no_grad():
