@@ -26,8 +26,8 @@ import torch
 
 from casspec_ref.config import smollm2_135m
 from casspec_ref.generate import generate_ar
+from casspec_ref.io.weights import to_hf_llama_state_dict
 from casspec_ref.model import Transformer, random_init_
-from casspec_ref.weights import to_hf_llama_state_dict
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 PROMPT = "Explain in a few sentences why the sky is blue."
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         base = random_init_(Transformer(smollm2_135m()), seed=0)
         prompt = list(range(100, 130))
     else:
-        from casspec_ref.weights import load_model
+        from casspec_ref.io.weights import load_model
 
         base, tokenizer = load_model()
         assert tokenizer is not None

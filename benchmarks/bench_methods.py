@@ -29,11 +29,11 @@ from typing import Any
 
 import torch
 
-from casspec_ref.bench import GROUP_ORDER, default_questions_path, load_questions
 from casspec_ref.dytc import DyTCPolicy
 from casspec_ref.generate import generate_ar
+from casspec_ref.io.weights import load_model
 from casspec_ref.speculative import METHODS, default_drafts, generate_speculative
-from casspec_ref.weights import load_model
+from casspec_ref.tools.bench import GROUP_ORDER, default_questions_path, load_questions
 
 
 def _parser() -> argparse.ArgumentParser:

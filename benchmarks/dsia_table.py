@@ -3,7 +3,7 @@
 Issue 4, item 6. For each configuration (an `ExecutionPlan`, or prompt lookup):
 - alpha_greedy: argmax agreement with the fp32 target's greedy trajectory, each position scored
   as the draft runs it in the speculative loop (reading the target's verified K/V; see
-  `casspec_ref.dsia.teacher_forced`), pooled over a mixed prompt set;
+  `casspec_ref.tools.teacher_forced`), pooled over a mixed prompt set;
 - alpha_tv: mean of 1 - TV(p, q) at temperature 0.7 over the same positions (the acceptance
   probability of one sampled draft token);
 - c: the draft's one-token decode forward time over the target's, fastest of interleaved rounds
@@ -40,17 +40,17 @@ from casspec_ref.dsia import (
     sparsity,
 )
 from casspec_ref.dsia.act_quant import QuantKernel
-from casspec_ref.dsia.layer_search import (
+from casspec_ref.io.weights import load_model
+from casspec_ref.kv_cache import KVCache
+from casspec_ref.plan import ExecutionPlan
+from casspec_ref.tools.layer_search import (
     SearchConfig,
     load_search,
     save_search,
     search_cache_path,
     search_layers,
 )
-from casspec_ref.dsia.teacher_forced import TeacherForced
-from casspec_ref.kv_cache import KVCache
-from casspec_ref.plan import ExecutionPlan
-from casspec_ref.weights import load_model
+from casspec_ref.tools.teacher_forced import TeacherForced
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -27,7 +27,7 @@ VOCAB = 49152
 
 @pytest.fixture(scope="module")
 def smollm2():
-    from casspec_ref.weights import load_model
+    from casspec_ref.io.weights import load_model
 
     model, _ = load_model()
     return model

@@ -1,7 +1,7 @@
-"""``python -m casspec_ref``: see `casspec_ref.cli`."""
+"""``python -m casspec_ref``: see `casspec_ref.tools.cli`."""
 
 import sys
 
-from casspec_ref.cli import main
+from casspec_ref.tools.cli import main
 
 sys.exit(main())

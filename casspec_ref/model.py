@@ -146,6 +146,9 @@ class Transformer(nn.Module):
         # dtype -> (fingerprint, name -> weight); (dtype, device) -> (cos, sin).
         self._weights_cache: dict[torch.dtype, tuple[tuple, dict[str, torch.Tensor]]] = {}
         self._rope_cache: dict[tuple[torch.dtype, torch.device], tuple[torch.Tensor, ...]] = {}
+        #: The draft hierarchy the loader chose for this checkpoint (cheapest level first), or
+        #: None for the generic default (`casspec_ref.speculative.default_drafts`).
+        self.preset_drafts: tuple[ExecutionPlan, ...] | None = None
 
     # ----------------------------------------------------------------------------- weights
     def weights_in(self, dtype: torch.dtype) -> dict[str, torch.Tensor]:

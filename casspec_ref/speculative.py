@@ -97,27 +97,26 @@ _DEFAULT_DRAFTS: weakref.WeakKeyDictionary[Any, tuple[ExecutionPlan, ...]] = (
 def default_drafts(model: Any) -> tuple[ExecutionPlan, ...]:
     """The DSIA hierarchy used when `drafts` is None, cheapest level first (built once per model).
 
-    - SmolLM2-135M in float32 (30 layers, width 576): `presets.smollm2_cascade`, the two levels
-      measured best on CPU in docs/dsia.md (30% searched sub-layers + fast int8, alpha ~0.65 at
-      c ~0.49; fast int8 alone, alpha ~0.93 at c ~0.63), sharing one int8 weight copy.
+    - A model whose loader attached a preset (``model.preset_drafts``, see
+      `casspec_ref.io.presets`): that hierarchy.
     - Other models with >= 12 layers: skipping the blocks found cheapest on SmolLM2
       (docs/smollm2.md) and, in float32, fast int8 on every linear but ``mlp_down``.
     - Small (test) models: an early exit before the last block and the middle block's MLP
       skipped, which run in any dtype.
     """
+    preset = getattr(model, "preset_drafts", None)
+    if preset:
+        return tuple(preset)
     cached = _DEFAULT_DRAFTS.get(model)
     if cached is not None:
         return cached
     from casspec_ref.dsia.act_quant import quant_plan
-    from casspec_ref.dsia.presets import smollm2_cascade
 
     config = model.config
     n = config.n_layers
     dtype = next(model.parameters()).dtype
     levels: tuple[ExecutionPlan, ...]
-    if (n, config.d_model, config.vocab_size) == (30, 576, 49152) and dtype == torch.float32:
-        levels = tuple(smollm2_cascade(config).levels)
-    elif n >= 12:
+    if n >= 12:
         skips = frozenset(i for i in (3, 4, 5, 6, 7, 10, 14) if i < n - 2)
         plans = [ExecutionPlan(skip_attention=skips, skip_mlp=skips, name="skip7")]
         if dtype == torch.float32:

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from casspec_ref import bench
 from casspec_ref.config import tiny_llama
 from casspec_ref.model import Transformer
+from casspec_ref.tools import bench
 
 
 class ByteTokenizer:

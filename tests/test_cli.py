@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from casspec_ref.cli import main
+from casspec_ref.tools.cli import main
 
 
 @pytest.mark.parametrize(

@@ -25,7 +25,7 @@ PROMPTS = (
 
 @pytest.fixture(scope="module", params=[torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 def cuda_model(request):
-    from casspec_ref.weights import load_model
+    from casspec_ref.io.weights import load_model
 
     return load_model(dtype=request.param, device="cuda")
 

@@ -25,10 +25,10 @@ from casspec_ref.dsia import (
     sparsity,
     sublayer_plan,
 )
-from casspec_ref.dsia.teacher_forced import TeacherForced
 from casspec_ref.kv_cache import KVCache
 from casspec_ref.model import Transformer, exact_linear
 from casspec_ref.plan import ExecutionPlan
+from casspec_ref.tools.teacher_forced import TeacherForced
 
 CONFIGS = {"llama": tiny_llama(n_layers=4), "gpt2": tiny_gpt2(n_layers=4)}
 
@@ -243,7 +243,7 @@ def test_teacher_forced_equals_one_token_drafts_on_the_target_cache(family: str)
 
 
 def test_smollm2_presets_are_valid_and_nested() -> None:
-    from casspec_ref.dsia.presets import (
+    from casspec_ref.io.presets import (
         SMOLLM2_RANKING,
         smollm2_cascade,
         smollm2_drafts,

@@ -6,17 +6,17 @@ import pytest
 import torch
 
 from casspec_ref.dsia import DraftRunner, precision_plan, quant_plan
-from casspec_ref.dsia.presets import smollm2_drafts
-from casspec_ref.dsia.teacher_forced import TeacherForced
+from casspec_ref.io.presets import smollm2_drafts
 from casspec_ref.kv_cache import KVCache
 from casspec_ref.plan import ExecutionPlan
+from casspec_ref.tools.teacher_forced import TeacherForced
 
 pytestmark = [pytest.mark.real_model, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
 def loaded():  # type: ignore[no-untyped-def]
-    from casspec_ref.weights import load_model
+    from casspec_ref.io.weights import load_model
 
     try:
         model, tok = load_model()

@@ -9,16 +9,16 @@ import pytest
 import torch
 
 from casspec_ref.config import tiny_llama
-from casspec_ref.dsia.layer_search import (
+from casspec_ref.dsia.layer_sparsity import sublayer_plan
+from casspec_ref.model import Transformer
+from casspec_ref.tools.layer_search import (
     SearchConfig,
     load_search,
     save_search,
     search_cache_path,
     search_layers,
 )
-from casspec_ref.dsia.layer_sparsity import sublayer_plan
-from casspec_ref.dsia.teacher_forced import TeacherForced
-from casspec_ref.model import Transformer
+from casspec_ref.tools.teacher_forced import TeacherForced
 
 
 def _setup() -> tuple[Transformer, list[TeacherForced]]:

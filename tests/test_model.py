@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from casspec_ref.config import ModelConfig, tiny_gpt2, tiny_llama
+from casspec_ref.io.weights import to_hf_llama_state_dict
 from casspec_ref.kv_cache import KVCache
 from casspec_ref.model import Transformer, exact_linear, random_init_
 from casspec_ref.plan import ExecutionPlan
-from casspec_ref.weights import to_hf_llama_state_dict
 
 FAMILIES = {"llama": tiny_llama, "gpt2": tiny_gpt2}
 TOL = dict(rtol=0.0, atol=1e-10)

@@ -12,9 +12,9 @@ import torch
 
 from casspec_ref.config import smollm2_135m
 from casspec_ref.generate import generate_ar
+from casspec_ref.io.tokenizer import Tokenizer
+from casspec_ref.io.weights import build_model, default_model_path, load_model, permute_qk_for_gguf
 from casspec_ref.model import Transformer
-from casspec_ref.tokenizer import Tokenizer
-from casspec_ref.weights import build_model, default_model_path, load_model, permute_qk_for_gguf
 
 pytestmark = pytest.mark.real_model
 

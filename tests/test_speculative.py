@@ -255,7 +255,7 @@ def test_real_model_greedy_equals_ar() -> None:
     """SmolLM2-135M, float32, 20 prompts x 64 tokens, the speculative methods taking turns (each
     of the eight runs on 2-3 prompts, with the real model's DSIA drafts). A divergence reports
     its position and the target's logit gap instead of hiding it."""
-    from casspec_ref.weights import load_model
+    from casspec_ref.io.weights import load_model
 
     if os.environ.get("CASSPEC_SKIP_REAL") == "1":
         pytest.skip("CASSPEC_SKIP_REAL=1")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from casspec_ref.tokenizer import (
+from casspec_ref.io.tokenizer import (
     DEFAULT_SYSTEM_PROMPT,
     GPT2_PATTERN,
     SMOLLM2_PATTERN,
@@ -301,7 +301,7 @@ def _random_texts(rng: random.Random, n: int, bytes_ok: set[int]) -> list[str]:
 
 @pytest.fixture(scope="module")
 def smollm2_path() -> Path:
-    from casspec_ref.weights import default_model_path
+    from casspec_ref.io.weights import default_model_path
 
     try:
         return default_model_path()

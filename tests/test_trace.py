@@ -1,5 +1,5 @@
-"""The --show-tree printer (casspec_ref.trace): content of the plain-text trace on a hand-built
-step and on real steps of a tiny model, colors only when asked, and bad input."""
+"""The --show-tree printer (casspec_ref.tools.trace): content of the plain-text trace on a
+hand-built step and on real steps of a tiny model, colors only when asked, and bad input."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from casspec_ref.kv_cache import KVCache
 from casspec_ref.model import Transformer, random_init_
 from casspec_ref.plan import ExecutionPlan
 from casspec_ref.speculative import StepTrace, generate_speculative
-from casspec_ref.trace import TreePrinter, node_status
+from casspec_ref.tools.trace import TreePrinter, node_status
 from casspec_ref.tree import ChildRule, DraftTree
 from casspec_ref.verify import VerifyResult
 
@@ -174,7 +174,7 @@ def test_bad_input() -> None:
 def test_plot_tree_draws_every_node() -> None:
     matplotlib = pytest.importorskip("matplotlib")
     matplotlib.use("Agg")
-    from casspec_ref.trace import plot_tree
+    from casspec_ref.tools.trace import plot_tree
 
     trace = _hand_step(False)
     ax = plot_tree(trace.tree, trace.sources, trace.result, _decode)
@@ -188,7 +188,7 @@ def test_plot_tree_draws_every_node() -> None:
 def test_plot_tree_keeps_level_colors_across_pictures() -> None:
     matplotlib = pytest.importorskip("matplotlib")
     matplotlib.use("Agg")
-    from casspec_ref.trace import plot_tree
+    from casspec_ref.tools.trace import plot_tree
 
     trace = _hand_step(False)
 

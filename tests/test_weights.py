@@ -15,11 +15,10 @@ import numpy as np
 import pytest
 import torch
 
-from casspec_ref import weights
 from casspec_ref.config import ModelConfig, tiny_gpt2, tiny_llama
-from casspec_ref.model import Transformer, random_init_
-from casspec_ref.safetensors_io import load_safetensors, save_safetensors
-from casspec_ref.weights import (
+from casspec_ref.io import weights
+from casspec_ref.io.safetensors_io import load_safetensors, save_safetensors
+from casspec_ref.io.weights import (
     SUPPORTED_GGUF_TYPES,
     build_model,
     default_model_path,
@@ -30,6 +29,7 @@ from casspec_ref.weights import (
     permute_qk_for_gguf,
     unpermute_qk_from_gguf,
 )
+from casspec_ref.model import Transformer, random_init_
 
 Q = gguf.GGMLQuantizationType
 TOKENS = torch.tensor([[3, 17, 5, 9, 30, 1, 22, 8]])  # (1, 8)

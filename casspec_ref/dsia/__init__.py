@@ -5,10 +5,10 @@ Scope: docs/method.md §2 and issue 4. Reading order:
   of `casspec_ref.plan.ExecutionPlan` (strategies are data, read by the model in one place);
 - `compose`: Mixing / Scaling / Replacing and named hierarchies (the seed article's L1/L2/L3);
 - `virtual_draft`: `DraftRunner`, running plans on scratch rows of the target's KV cache;
-- `teacher_forced`: scoring a plan along a trajectory exactly as the speculative loop runs it;
-- `layer_search`: SWIFT-style search of the sub-layers to skip, cached as JSON;
-- `prompt_lookup`: PLD, the deterministic bottom draft;
-- `presets`: the configurations measured best on SmolLM2 for the cascade.
+- `prompt_lookup`: PLD, the deterministic bottom draft.
+
+The measuring tools (teacher-forced scoring, the layer search) live in `casspec_ref.tools`, the
+per-checkpoint presets in `casspec_ref.io.presets`.
 """
 
 from casspec_ref.dsia.act_quant import QuantKernel, fake_quant_absmax, quant_plan

@@ -654,7 +654,7 @@ def raw_bonus_replica(inputs: ChainInputs, rng: RandomSource) -> list[int]:
     """A replica of a shipped bug (docs/method.md §6): the bonus token from *unprocessed* logits.
 
     Everything else is right. It is here only so that the CLI can demonstrate a failing check:
-    ``python -m casspec_ref oracle check casspec_ref.oracle:raw_bonus_replica``.
+    ``python -m casspec_ref oracle check casspec_ref.proof.oracle:raw_bonus_replica``.
     """
     emitted = reference_chain_verifier(inputs, rng)
     k = len(inputs.draft_tokens)
@@ -709,7 +709,7 @@ def run_check_command(
 # 3b. JSON test vectors
 # ---------------------------------------------------------------------------------------------
 
-VECTORS_PATH = Path(__file__).parent / "data" / "oracle_vectors.json"
+VECTORS_PATH = Path(__file__).parents[1] / "data" / "oracle_vectors.json"
 VECTORS_FORMAT = "casspec-oracle-vectors/1"
 
 

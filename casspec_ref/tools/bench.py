@@ -233,7 +233,7 @@ def _make_hf_runner(method: str, model: Any, stop_ids: Sequence[int]) -> Runner:
     device = next(model.parameters()).device
     hf: Any = LlamaForCausalLM(hf_config)
     hf = hf.to(dtype=dtype, device=device).eval()
-    from casspec_ref.weights import to_hf_llama_state_dict
+    from casspec_ref.io.weights import to_hf_llama_state_dict
 
     hf.load_state_dict(to_hf_llama_state_dict(model.state_dict()), strict=False)
     extra: dict[str, Any] = {"prompt_lookup_num_tokens": 10} if method == "hf-pld" else {}
@@ -508,7 +508,7 @@ def main(argv: Sequence[str] | None = None, *, model: Any = None, tokenizer: Any
     import torch
 
     args = _parser().parse_args(argv)
-    from casspec_ref.cli import _methods
+    from casspec_ref.tools.cli import _methods
 
     own_methods = list(_methods())
     available = own_methods + list(EXTERNAL_METHODS)
@@ -549,7 +549,7 @@ def main(argv: Sequence[str] | None = None, *, model: Any = None, tokenizer: Any
         questions = questions[: args.limit]
 
     if model is None:
-        from casspec_ref.weights import load_model
+        from casspec_ref.io.weights import load_model
 
         dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
         model, tokenizer = load_model(args.model, dtype=dtype[args.dtype], device=args.device)

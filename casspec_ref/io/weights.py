@@ -49,8 +49,9 @@ import numpy as np
 import torch
 
 from casspec_ref.config import ModelConfig
-from casspec_ref.safetensors_io import load_safetensors
-from casspec_ref.tokenizer import Tokenizer
+from casspec_ref.io.presets import attach_preset_drafts
+from casspec_ref.io.safetensors_io import load_safetensors
+from casspec_ref.io.tokenizer import Tokenizer
 
 if TYPE_CHECKING:
     from casspec_ref.model import Transformer
@@ -576,7 +577,9 @@ def load_model(
                 f"{tokenizer_file}: {tokenizer.vocab_size} tokens do not fit the model's "
                 f"vocab_size {config.vocab_size}"
             )
-        return build_model(config, state, dtype, device), tokenizer
+        model = build_model(config, state, dtype, device)
+        attach_preset_drafts(model, path.name)
+        return model, tokenizer
     if not path.exists():
         raise FileNotFoundError(f"no model at {path} (expected a .gguf file or an HF directory)")
     reader = _open_gguf(path)
@@ -584,4 +587,6 @@ def load_model(
     # A GGUF without tokenizer metadata (e.g. a test model) still gives a usable model.
     has_vocab = "tokenizer.ggml.tokens" in reader.fields
     tokenizer = Tokenizer.from_gguf_reader(reader, name=path.name) if has_vocab else None
-    return build_model(config, state, dtype, device), tokenizer
+    model = build_model(config, state, dtype, device)
+    attach_preset_drafts(model, str(_gguf_value(reader, "general.name", path.name)))
+    return model, tokenizer

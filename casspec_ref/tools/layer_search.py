@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from casspec_ref.dsia.layer_sparsity import SubLayer, sublayer_plan
-from casspec_ref.dsia.teacher_forced import TeacherForced
+from casspec_ref.tools.teacher_forced import TeacherForced
 
 if TYPE_CHECKING:
     from casspec_ref.model import Transformer

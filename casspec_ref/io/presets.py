@@ -1,7 +1,10 @@
-"""Named DSIA draft configurations for SmolLM2-135M, chosen from the measured (alpha, c) table.
+"""Per-checkpoint DSIA draft presets, chosen when a checkpoint is loaded.
 
-Scope: issue 4, items 6-7; the levels CAS-Spec's hierarchy (docs/method.md §2-4) draws from.
-Every preset is a function of the model config, so it validates against the model it runs on.
+The loader (`casspec_ref.io.weights.load_model`) calls `attach_preset_drafts` with the
+checkpoint's name; a checkpoint this module knows gets its measured hierarchy as
+``model.preset_drafts``, which `casspec_ref.speculative.default_drafts` then uses. Any other
+model gets the generic hierarchy of the core. Every preset is a function of the model config, so
+it validates against the model it runs on.
 
 `SMOLLM2_RANKING` is the sub-layer order found by `layer_search.search_layers` (greedy growth to
 24 units, beam 6, no refinement) on two calibration prompts that are *not* in the evaluation set;
@@ -20,6 +23,7 @@ from casspec_ref.dsia.act_quant import quant_plan
 from casspec_ref.dsia.compose import Hierarchy, mix, seed_hierarchy
 from casspec_ref.dsia.layer_sparsity import SubLayer, ranked_skip_plan
 from casspec_ref.dsia.precision import precision_plan
+from casspec_ref.model import Transformer
 from casspec_ref.plan import ExecutionPlan
 
 #: Cheapest-to-skip sub-layers of SmolLM2-135M first (protected blocks 0 and 29 excluded).
@@ -80,3 +84,16 @@ def smollm2_cascade(config: ModelConfig) -> Hierarchy:
 def smollm2_seed_hierarchy(config: ModelConfig) -> Hierarchy:
     """The seed article's L1/L2/L3 with the searched ranking and the fast int8 kernel."""
     return seed_hierarchy(config, ranking=SMOLLM2_RANKING, fast=True)
+
+
+def attach_preset_drafts(model: Transformer, checkpoint_name: str) -> None:
+    """Give ``model`` the preset hierarchy of the checkpoint ``checkpoint_name``, if one is known.
+
+    SmolLM2-135M (recognised by its name and its 30 x 576 shape) in float32 gets
+    `smollm2_cascade`; any other checkpoint keeps ``preset_drafts = None`` (the generic default).
+    """
+    config = model.config
+    dtype = next(model.parameters()).dtype
+    known = "smollm2" in checkpoint_name.lower().replace("-", "").replace(" ", "")
+    if known and (config.n_layers, config.d_model) == (30, 576) and dtype == torch.float32:
+        model.preset_drafts = tuple(smollm2_cascade(config).levels)

@@ -155,8 +155,8 @@ def _generate(args: argparse.Namespace) -> int:
         return _fail(device_problem)
 
     from casspec_ref.generate import generate_ar
+    from casspec_ref.io.weights import load_model
     from casspec_ref.sampling import validate_sampling
-    from casspec_ref.weights import load_model
 
     try:
         validate_sampling(args.temperature, args.top_k, args.top_p)
@@ -199,7 +199,7 @@ def _generate(args: argparse.Namespace) -> int:
 
             on_step = None
             if args.show_tree:
-                from casspec_ref.trace import TreePrinter
+                from casspec_ref.tools.trace import TreePrinter
 
                 on_step = TreePrinter(tokenizer.decode, stream=sys.stdout)
             result = generate_speculative(
@@ -242,7 +242,7 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _oracle(args: argparse.Namespace) -> int:
-    from casspec_ref.oracle import run_check_command
+    from casspec_ref.proof.oracle import run_check_command
 
     return run_check_command(args.target, as_json=args.json, exact=args.exact)
 
@@ -252,7 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["bench"]:
         # The harness owns its options (argparse's REMAINDER would not pass "--x" through).
-        from casspec_ref.bench import main as bench_main
+        from casspec_ref.tools.bench import main as bench_main
 
         return bench_main(argv[1:])
     args = _build_parser().parse_args(argv)
