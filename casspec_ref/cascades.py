@@ -252,6 +252,21 @@ class StepDrafter:
                 return node
         return node
 
+    def time_target(self, sizes: Sequence[int]) -> dict[int, float]:
+        """Seconds of one target forward over each of `sizes` scratch tokens (the root
+        repeated), as far as the cache has room: the verify cost curve DyTC starts from."""
+        if self.runner is None:
+            return {}
+        seconds = {}
+        for size in sizes:
+            if size > self.room(0) + 1:
+                break
+            start = self.clock()
+            self.runner.logits(ExecutionPlan(), [self.tree.token(0)] * size)
+            seconds[size] = self.clock() - start
+            self.runner.release()  # scratch rows go; the next size is timed from scratch
+        return seconds
+
     # -- free drafts: prompt lookup and recycled tokens --------------------------------------
     def lookup(self, node: int, k: int) -> list[int]:
         """Prompt-lookup proposal after `node`: the one `PromptLookup` over the committed context
@@ -521,6 +536,12 @@ class DyTC(Schedule):
         return self.level_names[len(self.level_names) - k :] if k > 0 else []
 
     def build(self, drafter: StepDrafter) -> None:
+        if not self.policy.ready():
+            # The first step measures what the decisions need: the target's cost over a few
+            # tree sizes (this step itself is plain, and times a single token).
+            for size, seconds in drafter.time_target(self.config.calibration_sizes).items():
+                self.policy.verify_cost.observe(size, seconds)
+            return
         drafts = [*self._allowed_levels(len(drafter.context)), PLD]
         if drafter.recycler is not None:
             drafts.append(RECYCLE)

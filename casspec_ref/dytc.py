@@ -85,6 +85,8 @@ class DyTCConfig:
             it predicts to be too expensive, in [0, 1) (0 = never explore sizes).
         explore_horizon: steps after which a size's measurement is stale, so that the size
             may be explored again, >= 1.
+        calibration_sizes: the tree sizes whose verify cost the first step of a generation
+            measures with scratch forwards (empty = learn them from the steps alone).
     """
 
     ema_weight: float = 0.3
@@ -106,6 +108,7 @@ class DyTCConfig:
     reexplore: float = 0.02
     explore_fraction: float = 0.05
     explore_horizon: int = 128
+    calibration_sizes: tuple[int, ...] = (2, 4, 8, 16)
 
     def __post_init__(self) -> None:
         checks = [
@@ -126,6 +129,7 @@ class DyTCConfig:
             ("reexplore", 0.0 <= self.reexplore < 1.0, "in [0, 1)"),
             ("explore_fraction", 0.0 <= self.explore_fraction < 1.0, "in [0, 1)"),
             ("explore_horizon", self.explore_horizon >= 1, ">= 1"),
+            ("calibration_sizes", all(n >= 1 for n in self.calibration_sizes), "sizes >= 1"),
         ]
         for name, ok, allowed in checks:
             if not ok:

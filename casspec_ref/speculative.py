@@ -225,7 +225,7 @@ def draft_tree(state: Decoding) -> StepDrafter:
     cache, base = state.cache, state.cache.length
     room = cache.max_len - base
     remaining = state.max_new_tokens - len(state.tokens)
-    runner = DraftRunner(state.model, cache) if state.levels else None
+    runner = DraftRunner(state.model, cache)
     drafter = StepDrafter(
         state.tokens[-1], state.pld.tokens, runner, state.pld, state.levels, state.sampling,
         state.rng, state.options, max_nodes=min(state.max_nodes, room),
