@@ -28,6 +28,11 @@ from nbclient.exceptions import CellExecutionError
 
 TUTORIALS = Path(__file__).resolve().parent
 SOLUTIONS = TUTORIALS / "solutions"
+#: Notebooks that do not carry exercises yet (each entry needs a reason).
+WITHOUT_EXERCISES = {
+    # Edited by the oracle work in parallel; its exercises come with that change.
+    "08_checking_another_implementation.ipynb",
+}
 SECTION = re.compile(r"^# %% exercise: *([\w-]+) *$", re.MULTILINE)
 
 
@@ -38,7 +43,9 @@ def notebooks() -> list[Path]:
 
 def _tag_names(cell: dict, kind: str) -> list[str]:
     prefix = kind + ":"
-    return [t[len(prefix) :] for t in cell.get("metadata", {}).get("tags", []) if t.startswith(prefix)]
+    return [
+        t[len(prefix) :] for t in cell.get("metadata", {}).get("tags", []) if t.startswith(prefix)
+    ]
 
 
 def exercises(nb: nbformat.NotebookNode) -> dict[str, tuple[int, int]]:
@@ -54,7 +61,9 @@ def exercises(nb: nbformat.NotebookNode) -> dict[str, tuple[int, int]]:
                     raise ValueError(f"the cell tagged {kind}:{name} is not a code cell")
                 found[name] = index
     if set(stubs) != set(checks):
-        raise ValueError(f"exercises without a check or checks without an exercise: {set(stubs) ^ set(checks)}")
+        raise ValueError(
+            f"exercises without a check or checks without an exercise: {set(stubs) ^ set(checks)}"
+        )
     for name, index in stubs.items():
         if checks[name] <= index:
             raise ValueError(f"the check of exercise {name!r} comes before the exercise")
@@ -72,7 +81,7 @@ def load_solutions(path: Path) -> dict[str, str]:
     if not matches:
         raise ValueError(f"{path} has no '# %% exercise: NAME' section")
     sections = {}
-    for match, following in zip(matches, [*matches[1:], None]):
+    for match, following in zip(matches, [*matches[1:], None], strict=True):
         end = following.start() if following else len(text)
         sections[match.group(1)] = text[match.end() : end].strip("\n") + "\n"
     return sections
@@ -112,7 +121,10 @@ def run_notebook(path: Path, timeout: int = 600) -> Report:
     solutions = load_solutions(solutions_path(path)) if found else {}
     solved = filled(nb, solutions)
     client = NotebookClient(
-        solved, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(TUTORIALS)}}
+        solved,
+        timeout=timeout,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(TUTORIALS)}},
     )
     report = Report(path.name, 0.0, list(found))
     start = time.perf_counter()
@@ -139,7 +151,9 @@ def run_notebook(path: Path, timeout: int = 600) -> Report:
             except CellExecutionError as error:
                 report.stub_failures[name] = _error_name(error)
             else:
-                raise AssertionError(f"{path.name}: the check of {name!r} passes on the unfilled stub")
+                raise AssertionError(
+                    f"{path.name}: the check of {name!r} passes on the unfilled stub"
+                )
             client.execute_cell(solution, end - 2)
             client.execute_cell(recheck, end - 1)
     report.seconds = time.perf_counter() - start

@@ -55,7 +55,7 @@ def bernoulli(coins, prob):
 
 def residual(p, q):
     """The law of the replacement after a rejection: norm(max(p - q, 0))."""
-    excess = [max(pi - qi, 0) for pi, qi in zip(p, q)]
+    excess = [max(pi - qi, 0) for pi, qi in zip(p, q, strict=True)]
     mass = sum(excess)  # = 1 - sum(min(p, q)) = the probability of a rejection
     return [e / mass for e in excess]
 
@@ -155,5 +155,7 @@ if __name__ == "__main__":
     got = exact_law(lambda coins: speculative_generate(0, n, k, coins))
     print(f"{len(want)} outputs of {n} tokens; speculative law == AR law: {got == want}")
     buggy = exact_law(lambda coins: speculative_generate(0, n, k, coins, bug="bonus_from_q"))
-    print(f"bonus from q: total variation from the AR law = {float(total_variation(buggy, want)):.4f}")
+    print(
+        f"bonus from q: total variation from the AR law = {float(total_variation(buggy, want)):.4f}"
+    )
     assert got == want and total_variation(buggy, want) > 0

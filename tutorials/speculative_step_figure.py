@@ -1,4 +1,4 @@
-"""The overview figure of one speculative step: draft -> one verify forward -> accept/reject -> commit.
+"""The overview figure of one speculative step: draft, one verify forward, accept/reject, commit.
 
 ``python tutorials/speculative_step_figure.py`` writes docs/speculative_step.png (shown in the
 README); notebook 3 calls `draw` to show the same picture inline. The tokens are illustrative.
@@ -36,7 +36,9 @@ def _box(ax, x, y, text, colour, width=0.9, height=0.5):
 def _arrow(ax, start, end, text=""):
     ax.add_patch(FancyArrowPatch(start, end, arrowstyle="-|>", mutation_scale=12, color="black"))
     if text:
-        ax.text((start[0] + end[0]) / 2 + 0.1, (start[1] + end[1]) / 2, text, fontsize=8, va="center")
+        ax.text(
+            (start[0] + end[0]) / 2 + 0.1, (start[1] + end[1]) / 2, text, fontsize=8, va="center"
+        )
 
 
 def draw(ax=None):
@@ -46,9 +48,17 @@ def draw(ax=None):
     rows = {"draft": 4.0, "verify": 2.9, "decide": 1.8, "commit": 0.6}
     labels = {
         "draft": "1. draft: a cheap model\nproposes k tokens,\none token per forward (q)",
-        "verify": "2. verify: ONE target forward\nover all k drafted tokens\ngives p at k + 1 positions",
-        "decide": "3. accept x with prob.\nmin(1, p(x)/q(x)), left to right;\nat the first rejection, stop",
-        "commit": "4. commit the accepted tokens\n+ one token from the target\n(residual, or bonus if all kept)",
+        "verify": (
+            "2. verify: ONE target forward\nover all k drafted tokens\ngives p at k + 1 positions"
+        ),
+        "decide": (
+            "3. accept x with prob.\nmin(1, p(x)/q(x)), left to right;\n"
+            "at the first rejection, stop"
+        ),
+        "commit": (
+            "4. commit the accepted tokens\n+ one token from the target\n"
+            "(residual, or bonus if all kept)"
+        ),
     }
     for stage, y in rows.items():
         ax.text(-0.3, y, labels[stage], ha="right", va="center", fontsize=8.5)
@@ -68,19 +78,25 @@ def draw(ax=None):
     )  # fmt: skip
     ax.text((left + right) / 2, rows["verify"], "target forward (tree / causal mask)", ha="center",
             va="center", fontsize=9)  # fmt: skip
-    _arrow(ax, ((left + right) / 2, rows["draft"] - 0.3), ((left + right) / 2, rows["verify"] + 0.32))
-    for i, (token, verdict) in enumerate(zip(DRAFTED, VERDICT)):
+    _arrow(
+        ax, ((left + right) / 2, rows["draft"] - 0.3), ((left + right) / 2, rows["verify"] + 0.32)
+    )
+    for i, (token, verdict) in enumerate(zip(DRAFTED, VERDICT, strict=True)):
         x = x0 + len(PREFIX) + i
         mark = "keep" if verdict == "accepted" else "reject"
         _box(ax, x, rows["decide"], f"{token}: {mark}", COLOURS[verdict], width=0.95)
-    _arrow(ax, ((left + right) / 2, rows["verify"] - 0.32), ((left + right) / 2, rows["decide"] + 0.3))
+    _arrow(
+        ax, ((left + right) / 2, rows["verify"] - 0.32), ((left + right) / 2, rows["decide"] + 0.3)
+    )
     committed = PREFIX + DRAFTED[: VERDICT.index("rejected")] + [REPLACEMENT]
     for i, token in enumerate(committed):
         colour = COLOURS["prefix"] if i < len(PREFIX) else COLOURS["accepted"]
         if i == len(committed) - 1:
             colour = "#fdae6b"
         _box(ax, x0 + i, rows["commit"], token, colour)
-    _arrow(ax, ((left + right) / 2, rows["decide"] - 0.3), ((left + right) / 2, rows["commit"] + 0.3))
+    _arrow(
+        ax, ((left + right) / 2, rows["decide"] - 0.3), ((left + right) / 2, rows["commit"] + 0.3)
+    )
     ax.text(x0 + len(committed) - 1, rows["commit"] - 0.45, "from the residual", ha="center",
             fontsize=7.5)  # fmt: skip
     ax.text(x0 + len(PREFIX) + 1, -0.25,

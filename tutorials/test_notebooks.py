@@ -6,13 +6,7 @@ Run by ``make tutorials`` (part of ``make test``); one notebook:
 """
 
 import pytest
-from exercises import notebooks, run_notebook
-
-# Notebooks that do not carry exercises yet (each entry needs a reason).
-WITHOUT_EXERCISES = {
-    # Edited by the oracle work in parallel; its exercises come with that change.
-    "08_checking_another_implementation.ipynb",
-}
+from exercises import WITHOUT_EXERCISES, notebooks, run_notebook
 
 
 @pytest.mark.slow
@@ -20,8 +14,10 @@ WITHOUT_EXERCISES = {
 @pytest.mark.parametrize("path", notebooks(), ids=lambda p: p.stem[:2])
 def test_notebook_runs_solved_and_its_checks_fail_on_the_stubs(path):
     report = run_notebook(path)
-    print(f"{path.name}: {report.seconds:.1f} s, exercises {report.exercises}, "
-          f"checks on stubs raised {report.stub_failures}")
+    print(
+        f"{path.name}: {report.seconds:.1f} s, exercises {report.exercises}, "
+        f"checks on stubs raised {report.stub_failures}"
+    )
     if path.name not in WITHOUT_EXERCISES:
         assert 2 <= len(report.exercises) <= 3, report.exercises
     assert set(report.stub_failures) == set(report.exercises)
