@@ -1,7 +1,7 @@
 """pytest-benchmark micro-benchmarks (``make bench``; never part of ``make test``).
 
 - the target's forward time against the number of tree tokens (1 to 64) after 256 cached tokens,
-  on the embedded SmolLM2-135M (fp32): the verify cost that DyTC's latency model learns;
+  on the embedded SmolLM2-135M (fp32): the verify cost curve that DyTC learns;
 - the verifier's time against tree size, on SmolLM2's vocabulary width (49152), greedy and
   sampled;
 - DyTC's planning time per step (drafting excluded), on a tiny model where the draft forwards
@@ -82,22 +82,45 @@ def test_verifier_vs_tree_size(benchmark, n_nodes: int, mode: str) -> None:
     benchmark(lambda: verify_tree(tree, laws, source))
 
 
+class _ChainDrafter:
+    """A minimal `TreeDrafter`: a chain of `size` nodes whose leaf offers every draft."""
+
+    def __init__(self, size: int) -> None:
+        self.n = size
+
+    def size(self) -> int:
+        return self.n
+
+    def room(self, node: int) -> int:
+        return 32 - self.n
+
+    def is_leaf(self, node: int) -> bool:
+        return node == self.n - 1
+
+    def offers(self, node: int, draft: str) -> int:
+        return 8
+
+    def alternatives(self, node: int, draft: str, width: int) -> list[float]:
+        return [0.6, 0.2, 0.1][:width]
+
+    def expand(self, node: int, draft: str, k: int, width: int) -> list:
+        return []
+
+    def seconds(self) -> float:
+        return 0.001
+
+
 @pytest.mark.parametrize("tree_size", [1, 8, 24])
 def test_dytc_planning_time_per_decision(benchmark, tree_size: int) -> None:
-    """One `DyTCPolicy.plan_expansion` call on a partial tree of `tree_size` nodes, with trained
-    estimates (two model levels and PLD): the policy's own cost, excluding draft forwards."""
-    from casspec_ref.dytc import PLD, DyTCConfig, DyTCPolicy
+    """One `DyTCPolicy.plan` decision on a chain of `tree_size` nodes, with trained estimates
+    (two model levels, prompt lookup and recycled tokens): the policy's own cost, excluding
+    draft forwards."""
+    from casspec_ref.dytc import PLD, RECYCLE, DyTCConfig, DyTCPolicy
 
     policy = DyTCPolicy(["light", "heavy"], DyTCConfig(warmup=0))
-    for seq_len in (100, 200, 300):
-        policy.observe_verify(seq_len, 1, 0.040)
-        policy.observe_verify(seq_len, 4, 0.060)
-        for name, seconds in (("light", 0.020), ("heavy", 0.025), (PLD, 0.0001)):
-            policy.observe_draft(name, seq_len, 1, seconds)
-            policy.observe_draft(name, seq_len, 1, seconds)
-    for name, outcomes in (("light", [1, 0, 1]), ("heavy", [1, 1, 1, 0]), (PLD, [0, 1])):
-        policy.observe_acceptance(name, [bool(o) for o in outcomes])
-    leaves = [(node, 0.9**node, min(node, 8)) for node in range(max(1, tree_size // 2), tree_size)]
-    leaves = leaves or [(0, 1.0, 0)]
-    available = {node: ["light", "heavy", PLD] for node, _, _ in leaves}
-    benchmark(policy.plan_expansion, leaves, tree_size, 1.5, 0.01, 250, available)
+    timings = {"light": (1, 0.020), "heavy": (1, 0.025), PLD: (1, 0.0001)}
+    for size in (1, 2, 4, 8, 16, 32):
+        policy.observe_step([("light", True), ("heavy", False), (PLD, True)], size, 0.04, timings)
+    estimates = {node: 0.9**node for node in range(tree_size)}
+    drafts = ["light", "heavy", PLD, RECYCLE]
+    benchmark(policy.plan, _ChainDrafter(tree_size), estimates, drafts)
