@@ -155,15 +155,9 @@ def _resolve_drafts(
     return tuple(levels)
 
 
-def _as_list(prompt_ids: Sequence[int] | torch.Tensor) -> list[int]:
-    if isinstance(prompt_ids, torch.Tensor):
-        return [int(t) for t in prompt_ids.reshape(-1).tolist()]
-    return [int(t) if isinstance(t, np.integer) else t for t in prompt_ids]
-
-
 def generate_speculative(
     model: Any,
-    prompt_ids: Sequence[int],
+    prompt_ids: Sequence[int] | torch.Tensor,
     max_new_tokens: int,
     *,
     method: str = "cas-spec",
@@ -210,7 +204,7 @@ def generate_speculative(
         raise ValueError(f"unknown options {unknown}: allowed are {sorted(allowed)}")
     stop_list = [int(t) if isinstance(t, np.integer) else t for t in stop_ids]
     prompt = check_generation_args(
-        model, _as_list(prompt_ids), max_new_tokens, temperature, top_k, top_p, stop_list
+        model, prompt_ids, max_new_tokens, temperature, top_k, top_p, stop_list, rng
     )
     rng = make_rng(seed, rng)
     if method == "ar":
