@@ -240,7 +240,10 @@ class StepDrafter:
     def review(self, level: str, node: int, proposal: Sequence[int]) -> int:
         """Vertical cascade: `level` reviews a lower proposal in one forward, keeps its agreeing
         prefix and adds its own token at the first disagreement; returns the deepest node."""
-        if not proposal or self.room(node) < 1:
+        # Only as many proposed tokens as can still hang below `node` are reviewed: the draft
+        # forward must fit the cache room the step was given.
+        proposal = list(proposal)[: self.room(node)]
+        if not proposal:
             return node
         if self.runner is None:
             raise ValueError("a vertical cascade needs a model draft level")
