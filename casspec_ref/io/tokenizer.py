@@ -270,19 +270,28 @@ class Tokenizer:
         try:
             data = text.encode("utf-8")
         except UnicodeEncodeError as err:
+            code = ord(text[err.start])
+            if 0xDC80 <= code <= 0xDCFF:  # how Python carries an undecodable input byte
+                raise ValueError(
+                    f"text holds the byte 0x{code - 0xDC00:02X} (at index {err.start}), which is "
+                    "not valid UTF-8: give the text in UTF-8"
+                ) from None
             raise ValueError(
-                f"text is not encodable as UTF-8 (lone surrogate at index {err.start})"
+                f"text is not encodable as UTF-8 (lone surrogate U+{code:04X} at index {err.start})"
             ) from None
         leftover = data.translate(None, self._encodable_bytes)
         if not leftover:
             return
         bad_byte = leftover[0]
+        listed = sorted(self.unencodable_bytes)
+        missing = ", ".join(f"0x{b:02X}" for b in listed[:24]) + (
+            f", ... ({len(listed)} in all)" if len(listed) > 24 else ""
+        )
         for ch in text:
             if bad_byte in ch.encode("utf-8"):
                 raise ValueError(
                     f"character {ch!r} (U+{ord(ch):04X}) contains byte 0x{bad_byte:02X}, which "
-                    f"has no token in this vocabulary; bytes without a token: "
-                    f"{', '.join(f'0x{b:02X}' for b in sorted(self.unencodable_bytes))}"
+                    f"has no token in this vocabulary; bytes without a token: {missing}"
                 )
         raise AssertionError("unreachable: the offending byte must belong to a character")
 

@@ -420,7 +420,8 @@ def check_checkpoint(
     from casspec_ref.model import Transformer
 
     layers = {int(name.split(".")[1]) for name in shapes if name.startswith("layers.")}
-    if layers != set(range(config.n_layers)):
+    # (Not ``set(range(n_layers))``: n_layers is the untrusted number.)
+    if len(layers) != config.n_layers or (layers and max(layers) != config.n_layers - 1):
         found = f"{len(layers)} layers (indices {min(layers)}..{max(layers)})" if layers else "none"
         raise ValueError(
             f"the config declares n_layers={config.n_layers} but the tensors hold {found}"

@@ -580,23 +580,6 @@ def _load_results(
     return {key: recs for key, recs in found.items() if set(methods) <= set(recs)}
 
 
-def _parse_size(text: str | None) -> int | None:
-    """``"8G"``, ``"512M"``, ``"123456"`` -> bytes (binary units); None stays None."""
-    if text is None:
-        return None
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-    body, unit = (text[:-1], units[text[-1].upper()]) if text[-1:].upper() in units else (text, 1)
-    try:
-        value = float(body)
-    except ValueError:
-        value = -1.0
-    if not (value > 0 and value * unit < 2**63):
-        raise ValueError(
-            f"--memory-budget {text!r}: expected a positive size such as 8G, 512M or 1000000"
-        )
-    return int(value * unit)
-
-
 def main(argv: Sequence[str] | None = None, *, model: Any = None, tokenizer: Any = None) -> int:
     """Run the harness; `model` and `tokenizer` may be given directly (the tests do).
 
@@ -609,7 +592,7 @@ def main(argv: Sequence[str] | None = None, *, model: Any = None, tokenizer: Any
     import torch
 
     args = _parser().parse_args(argv)
-    from casspec_ref.tools.cli import _methods
+    from casspec_ref.tools.cli import _methods, parse_size
 
     own_methods = list(_methods())
     available = own_methods + list(EXTERNAL_METHODS)
@@ -637,7 +620,7 @@ def main(argv: Sequence[str] | None = None, *, model: Any = None, tokenizer: Any
     if args.max_context is not None and args.max_context < 1:
         return _error(f"--max-context={args.max_context}: must be >= 1")
     try:
-        memory_budget = _parse_size(args.memory_budget)
+        memory_budget = parse_size(args.memory_budget, "--memory-budget")
     except ValueError as exc:
         return _error(str(exc))
     if args.device.startswith("cuda") and not torch.cuda.is_available():
