@@ -7,9 +7,12 @@ safetensors writer; hostile ones are crafted byte by byte with :func:`gguf_bytes
 
 from __future__ import annotations
 
+import contextlib
 import json
+import resource
+import signal
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -206,3 +209,43 @@ def hf_llama_dir(directory: Path, config: ModelConfig | None = None, seed: int =
     state = {k: v.to(torch.float32) for k, v in model.state_dict().items()}
     save_safetensors(to_hf_llama_state_dict(state), directory / "model.safetensors")
     return directory
+
+
+# ------------------------------------------------------------------------- bounds on a case
+
+
+class CaseTooSlow(Exception):
+    """Raised inside a case that ran past its time limit."""
+
+
+@contextlib.contextmanager
+def bounded(seconds: float = 5.0, extra_memory: int = 1 << 30) -> Iterator[None]:
+    """Run a block under a time limit (SIGALRM) and an address-space cap of the current size
+    plus ``extra_memory`` bytes (RLIMIT_AS, soft limit only, restored afterwards): a case that
+    tries to allocate more gets a MemoryError instead of exhausting the machine."""
+    old_soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    current = _address_space_bytes()
+    cap = current + extra_memory
+    if hard != resource.RLIM_INFINITY:
+        cap = min(cap, hard)
+
+    def on_alarm(signum: int, frame: Any) -> None:
+        raise CaseTooSlow(f"the case ran longer than {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (old_soft, hard))
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _address_space_bytes() -> int:
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmSize in /proc/self/status")
