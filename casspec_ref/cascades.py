@@ -7,9 +7,10 @@ static tree, and CAS-Spec's DyTC. Every schedule only *builds* a `DraftTree`; th
 `casspec_ref.speculative` verifies it with the one verifier, so every schedule is lossless by
 the same argument.
 
-The drafting primitives live in `StepDrafter` (one per step): model drafts run through
-`DraftRunner` (scratch rows of the target's cache, reused along a path), prompt lookup through
-`PromptLookup` at the root and a direct n-gram search at deeper nodes.
+The drafting primitives live in `StepDrafter` (one per step), which is also the `TreeDrafter`
+DyTC grows its trees through: model drafts run through `DraftRunner` (scratch rows of the
+target's cache, reused along a path), prompt lookup through the one `PromptLookup` (at the root
+and below it), recycled tokens through `TokenRecycler`.
 
 How children are declared (docs/method.md §5):
 - Greedy (temperature 0): a model draft proposes the top-P tokens of its logits and argmax chains;
@@ -37,8 +38,9 @@ import numpy as np
 import torch
 
 from casspec_ref.dsia.prompt_lookup import PromptLookup
+from casspec_ref.dsia.recycle import TokenRecycler
 from casspec_ref.dsia.virtual_draft import DraftRunner
-from casspec_ref.dytc import PLD, DyTCConfig, DyTCPolicy, max_cascade_depth
+from casspec_ref.dytc import PLD, RECYCLE, DyTCConfig, DyTCPolicy, max_cascade_depth
 from casspec_ref.plan import ExecutionPlan
 from casspec_ref.sampling import RandomSource, target_law
 from casspec_ref.tree import ChildRule, DraftTree
@@ -50,8 +52,6 @@ class ScheduleOptions:
 
     Attributes:
         chain_k: tokens a chain (and VC, HC) drafts per step, >= 1.
-        pld_k: most tokens prompt lookup proposes, >= 1.
-        pld_max_ngram: the longest suffix n-gram prompt lookup matches, >= 1.
         hc_split: positions HC drafts with the upper (most accurate) level before the lower one.
         swift_threshold: the SWIFT-style tree extends a node while the draft's probability of its
             own token is at least this, in [0, 1].
@@ -61,8 +61,6 @@ class ScheduleOptions:
     """
 
     chain_k: int = 4
-    pld_k: int = 10
-    pld_max_ngram: int = 3
     hc_split: int = 2
     swift_threshold: float = 0.6
     swift_sibling: float = 0.2
@@ -70,7 +68,7 @@ class ScheduleOptions:
     static_branching: tuple[int, ...] = (2, 2, 1, 1)
 
     def __post_init__(self) -> None:
-        for name in ("chain_k", "pld_k", "pld_max_ngram", "swift_max_depth"):
+        for name in ("chain_k", "swift_max_depth"):
             if getattr(self, name) < 1:
                 raise ValueError(f"ScheduleOptions.{name}={getattr(self, name)} must be >= 1")
         if self.hc_split < 0:
@@ -100,29 +98,20 @@ class DraftSampling:
 
 @dataclass
 class NodeInfo:
-    """Bookkeeping of one tree node: who drafted it, whether it continues its draft's chain
-    (the first child of an expansion) and its cumulative acceptance estimate (DyTC)."""
+    """Bookkeeping of one tree node: who drafted it, and whether it continues its draft's chain
+    (the first child of an expansion) rather than being a sibling."""
 
     source: str
     primary: bool
-    estimate: float = 1.0
-
-
-def lookup_continuation(context: Sequence[int], max_ngram: int, max_tokens: int) -> list[int]:
-    """Prompt lookup over an explicit context: the tokens that followed the most recent earlier
-    occurrence of its last n tokens, n from `max_ngram` down to 1 (empty if none)."""
-    size = len(context)
-    for n in range(min(max_ngram, size - 1), 0, -1):
-        suffix = list(context[size - n :])
-        # Most recent occurrence that ends before the suffix itself starts to overlap the end.
-        for start in range(size - n - 1, -1, -1):
-            if list(context[start : start + n]) == suffix:
-                return list(context[start + n : start + n + max_tokens])
-    return []
 
 
 class StepDrafter:
-    """The tree under construction in one step, and the drafting primitives that grow it."""
+    """The tree under construction in one step, and the drafting primitives that grow it.
+
+    It is the `casspec_ref.dytc.TreeDrafter` DyTC grows trees through (`size`, `room`,
+    `is_leaf`, `offers`, `alternatives`, `expand`, `seconds`); the baselines call the primitives
+    (`propose_children`, `draft_chain`, `review`, `lookup`, `add_chain`) directly.
+    """
 
     def __init__(
         self,
@@ -137,12 +126,14 @@ class StepDrafter:
         max_nodes: int,
         max_depth: int,
         clock: Callable[[], float] = time.perf_counter,
+        recycler: TokenRecycler | None = None,
     ) -> None:
         self.tree = DraftTree(root_token)
         self.info: list[NodeInfo] = [NodeInfo("root", True)]
         self.context = context  # prompt + committed tokens; its last token is the root
         self.runner = runner
         self.pld = pld
+        self.recycler = recycler
         self.levels = levels
         self.sampling = sampling
         self.rng = rng
@@ -150,21 +141,31 @@ class StepDrafter:
         self.max_nodes = max_nodes
         self.max_depth = max_depth
         self.clock = clock  # injectable, so that DyTC's decisions can be made deterministic
-        #: wall seconds and forwards spent per draft name in this step
-        self.seconds: dict[str, float] = {}
+        #: wall seconds and calls spent per draft name in this step
+        self.spent: dict[str, float] = {}
         self.calls: dict[str, int] = {}
+        self._lookups: dict[int, list[int]] = {}
 
-    # -- reading the tree -------------------------------------------------------------------
+    # -- reading the tree (and the TreeDrafter protocol) -------------------------------------
+    def size(self) -> int:
+        return len(self.tree)
+
     def room(self, node: int) -> int:
         """How many more nodes may hang below `node` along one path."""
         return max(0, min(self.max_nodes - len(self.tree), self.max_depth - self.tree.depth(node)))
+
+    def is_leaf(self, node: int) -> bool:
+        return not self.tree.children(node)
+
+    def seconds(self) -> float:
+        return sum(self.spent.values())
 
     def path_tokens(self, node: int) -> list[int]:
         """[root token, drafted tokens down to `node`]: what a draft is fed to continue `node`."""
         return [self.tree.token(0)] + [self.tree.token(i) for i in self.tree.path_to(node)]
 
     def _charge(self, name: str, start: float) -> None:
-        self.seconds[name] = self.seconds.get(name, 0.0) + self.clock() - start
+        self.spent[name] = self.spent.get(name, 0.0) + self.clock() - start
         self.calls[name] = self.calls.get(name, 0) + 1
 
     def _add(
@@ -184,11 +185,10 @@ class StepDrafter:
         self._charge(level, start)
         return rows[-1]  # (V,)
 
-    def propose_children(
-        self, level: str, node: int, count: int, estimate_of: DyTCPolicy | None = None
-    ) -> list[int]:
+    def propose_children(self, level: str, node: int, count: int) -> list[tuple[int, float]]:
         """Add up to `count` children of `node` proposed by model draft `level`; the first one
-        continues the chain. Greedy: the top-`count` tokens; sampling: drawn from q."""
+        continues the chain. Greedy: the top-`count` tokens; sampling: drawn from q without
+        replacement. Returns ``(child, the draft's probability of its token)``."""
         # Siblings need no extra depth, only room in the node budget.
         count = min(count, self.max_nodes - len(self.tree))
         if count < 1 or self.room(node) < 1:
@@ -211,45 +211,33 @@ class StepDrafter:
                 rest[token] = 0.0
             rule = ChildRule.INDEPENDENT if len(tokens) == 1 else ChildRule.WITHOUT_REPLACEMENT
             law = q
-        base = self.info[node].estimate
         added = []
         for rank, token in enumerate(tokens):
-            prob = float(confidence[token])
-            if estimate_of is not None:
-                per_token = estimate_of.node_estimate(level, prob)
-                if rank > 0:
-                    per_token = prob * estimate_of.alpha[level].alpha
-            else:
-                per_token = prob
-            info = NodeInfo(level, rank == 0, base * per_token)
-            added.append(self._add(node, token, rule, law, info))
+            child = self._add(node, token, rule, law, NodeInfo(level, rank == 0))
+            added.append((child, float(confidence[token])))
         return added
 
-    def draft_chain(
-        self, level: str, node: int, k: int, siblings: int = 1, policy: DyTCPolicy | None = None
-    ) -> int:
+    def draft_chain(self, level: str, node: int, k: int, siblings: int = 1) -> int:
         """Draft up to `k` tokens below `node` with `level` (top-`siblings` at the first
         position); returns the deepest node of the chain."""
         for i in range(k):
-            children = self.propose_children(level, node, siblings if i == 0 else 1, policy)
+            children = self.propose_children(level, node, siblings if i == 0 else 1)
             if not children:
                 break
-            node = children[0]
+            node = children[0][0]
         return node
 
     def review(self, level: str, node: int, proposal: Sequence[int]) -> int:
         """Vertical cascade: `level` reviews a lower proposal in one forward, keeps its agreeing
         prefix and adds its own token at the first disagreement; returns the deepest node."""
-        # Only as many proposed tokens as can still hang below `node` are reviewed: the draft
-        # forward must fit the cache room the step was given.
-        proposal = list(proposal)[: self.room(node)]
+        proposal = list(proposal)[: self.room(node)]  # never feed more than the cache has room
         if not proposal:
             return node
         if self.runner is None:
             raise ValueError("a vertical cascade needs a model draft level")
         path = self.path_tokens(node)
         start = self.clock()
-        rows = self.runner.logits(self.levels[level], path + list(proposal))  # (len, V)
+        rows = self.runner.logits(self.levels[level], path + proposal)  # (len, V)
         self._charge(level, start)
         s = self.sampling
         for j, token in enumerate(proposal):
@@ -258,34 +246,125 @@ class StepDrafter:
             row = rows[len(path) - 1 + j]  # (V,)
             # The reviewer's choice: argmax of its processed law (ties to the lowest id).
             choice = int(target_law(row, 0.0).argmax()) if not s.greedy else int(row.argmax())
-            info = NodeInfo(PLD if choice == token else level, True, self.info[node].estimate)
+            info = NodeInfo(PLD if choice == token else level, True)
             node = self._add(node, choice, ChildRule.DETERMINISTIC, None, info)
             if choice != token:
                 return node
         return node
 
-    # -- prompt lookup ----------------------------------------------------------------------
+    def time_target(self, sizes: Sequence[int]) -> dict[int, float]:
+        """Seconds of one target forward over each of `sizes` scratch tokens (the root
+        repeated), as far as the cache has room: the verify cost curve DyTC starts from."""
+        if self.runner is None:
+            return {}
+        seconds = {}
+        for size in sizes:
+            if size > self.room(0) + 1:
+                break
+            start = self.clock()
+            self.runner.logits(ExecutionPlan(), [self.tree.token(0)] * size)
+            seconds[size] = self.clock() - start
+            self.runner.release()  # scratch rows go; the next size is timed from scratch
+        return seconds
+
+    # -- free drafts: prompt lookup and recycled tokens --------------------------------------
     def lookup(self, node: int, k: int) -> list[int]:
-        """Prompt-lookup proposal after `node` (indexed at the root, searched deeper)."""
+        """Prompt-lookup proposal after `node`: the one `PromptLookup` over the committed context
+        followed by the path to `node`."""
         start = self.clock()
-        if node == 0:
-            tokens = self.pld.propose(k)
-        else:
-            context = list(self.context) + self.path_tokens(node)[1:]
-            tokens = lookup_continuation(context, self.options.pld_max_ngram, k)
+        tokens = self.pld.propose_after(self.path_tokens(node)[1:], k)
         self._charge(PLD, start)
         return tokens
 
-    def add_chain(
-        self, node: int, tokens: Sequence[int], source: str, per_token: float = 1.0
-    ) -> int:
-        """Append fixed proposals (`DETERMINISTIC`) below `node`; returns the deepest node."""
+    def add_chain(self, node: int, tokens: Sequence[int], source: str) -> list[int]:
+        """Append fixed proposals (`DETERMINISTIC`) below `node`; returns the added nodes."""
+        added = []
         for token in tokens:
             if self.room(node) < 1:
                 break
-            info = NodeInfo(source, True, self.info[node].estimate * per_token)
-            node = self._add(node, token, ChildRule.DETERMINISTIC, None, info)
-        return node
+            node = self._add(node, token, ChildRule.DETERMINISTIC, None, NodeInfo(source, True))
+            added.append(node)
+        return added
+
+    def offers(self, node: int, draft: str) -> int:
+        """How many tokens a free draft proposes below `node` (looked up once per node)."""
+        room = self.room(node)
+        if draft == PLD:
+            if node not in self._lookups:
+                self._lookups[node] = self.lookup(node, room)
+            return len(self._lookups[node])
+        if draft == RECYCLE and self.recycler is not None:
+            return len(self.recycler.chain(self.tree.token(node), room))
+        return 0
+
+    def alternatives(self, node: int, draft: str, width: int) -> list[float]:
+        """Confidence in the draft's top-`width` candidates below `node`, best first."""
+        if draft == RECYCLE:
+            if self.recycler is None:
+                return []
+            return [p for _, p in self.recycler.alternatives(self.tree.token(node), width)]
+        logits = self.draft_logits(draft, node)  # (V,); the runner reuses it in `expand`
+        s = self.sampling
+        if s.greedy:
+            probs = torch.softmax(logits.double(), -1)  # (V,)
+        else:
+            probs = target_law(logits, s.temperature, s.top_k, s.top_p)  # (V,)
+        return torch.topk(probs, min(width, probs.shape[-1])).values.tolist()
+
+    def expand(
+        self, node: int, draft: str, k: int, width: int
+    ) -> list[tuple[int, int, float | None]]:
+        """DyTC's one growth primitive: `width` children of `node` from `draft`, the first
+        continuing as a chain of up to `k` tokens (see `casspec_ref.dytc.TreeDrafter`)."""
+        if draft == PLD:
+            tokens = self._lookups.get(node) or self.lookup(node, k)
+            nodes = self.add_chain(node, tokens[:k], PLD)
+            return [
+                (child, parent, None)
+                for child, parent in zip(nodes, [node, *nodes[:-1]], strict=True)
+            ]
+        if draft == RECYCLE:
+            return self._expand_recycled(node, k, width)
+        first = self.propose_children(draft, node, width)
+        if not first:
+            return []
+        added: list[tuple[int, int, float | None]] = [(first[0][0], node, first[0][1])]
+        for _ in range(k - 1):
+            parent = added[-1][0]
+            children = self.propose_children(draft, parent, 1)
+            if not children:
+                break
+            added.append((children[0][0], parent, children[0][1]))
+        added.extend((child, node, conf) for child, conf in first[1:])
+        return added
+
+    def _expand_recycled(
+        self, node: int, k: int, width: int
+    ) -> list[tuple[int, int, float | None]]:
+        """Recycled tokens below `node`: the table's top-`width` successors as children, the
+        first continued by walking the table (all `DETERMINISTIC`: no coin was involved)."""
+        if self.recycler is None:
+            return []
+        start = self.clock()
+        first = self.recycler.alternatives(self.tree.token(node), width)
+        chain = self.recycler.chain(first[0][0], k - 1) if first else []
+        self._charge(RECYCLE, start)
+        added: list[tuple[int, int, float | None]] = []
+        siblings: list[tuple[int, int, float | None]] = []
+        for rank, (token, prob) in enumerate(first):
+            if self.room(node) < 1:
+                break
+            child = self._add(
+                node, token, ChildRule.DETERMINISTIC, None, NodeInfo(RECYCLE, rank == 0)
+            )
+            (added if rank == 0 else siblings).append((child, node, prob))
+        for token, prob in chain if added else []:
+            parent = added[-1][0]
+            if self.room(parent) < 1:
+                break
+            child = self._add(parent, token, ChildRule.DETERMINISTIC, None, NodeInfo(RECYCLE, True))
+            added.append((child, parent, prob))
+        return added + siblings
 
 
 class Schedule:
@@ -316,7 +395,18 @@ class PLDOnly(Schedule):
     needs_levels = False
 
     def build(self, drafter: StepDrafter) -> None:
-        drafter.add_chain(0, drafter.lookup(0, drafter.options.pld_k), PLD)
+        drafter.add_chain(0, drafter.lookup(0, drafter.pld.config.max_proposal), PLD)
+
+
+class RecycleOnly(Schedule):
+    """Recycled tokens alone: a walk of the successor table as one deterministic chain, as long
+    as prompt lookup's proposals (`PromptLookupConfig.max_proposal`)."""
+
+    name = "recycle"
+    needs_levels = False
+
+    def build(self, drafter: StepDrafter) -> None:
+        drafter.expand(0, RECYCLE, drafter.pld.config.max_proposal, 1)
 
 
 class Chain(Schedule):
@@ -383,7 +473,7 @@ class SwiftTree(Schedule):
             children = drafter.propose_children(level, node, width)
             if not children or top2[0] < opts.swift_threshold:
                 break
-            node = children[0]
+            node = children[0][0]
 
 
 class StaticTree(Schedule):
@@ -397,20 +487,19 @@ class StaticTree(Schedule):
         for width in drafter.options.static_branching:
             nxt: list[int] = []
             for node in frontier:
-                nxt.extend(drafter.propose_children(level, node, width))
+                nxt.extend(child for child, _ in drafter.propose_children(level, node, width))
             frontier = nxt
             if not frontier:
                 break
 
 
 class DyTC(Schedule):
-    """CAS-Spec's dynamic tree cascade: best-first growth decided by `DyTCPolicy`.
+    """CAS-Spec's dynamic tree cascade: the tree is grown by `DyTCPolicy.grow`.
 
-    Learning phase (our choice): the first step is a plain step (it times the target); then each
-    model level not yet timed is probed with one single-token draft at the root (twice: the first
-    timing pays one-time setup and is discarded). From then on, every step grows the tree leaf by
-    leaf while the predicted EWIF improves; a tree of the root alone is a plain decoding step.
-    Prompt lookup is offered at a leaf only where it has a proposal there.
+    The model levels allowed at this context length (the seed article's depth rules, when
+    enabled), prompt lookup and recycled tokens are the drafts DyTC chooses from; every
+    decision is the policy's (casspec_ref/dytc.py). This class only connects the policy to one
+    step's `StepDrafter` and reports the verified outcome back.
     """
 
     name = "cas-spec"
@@ -447,71 +536,30 @@ class DyTC(Schedule):
         return self.level_names[len(self.level_names) - k :] if k > 0 else []
 
     def build(self, drafter: StepDrafter) -> None:
-        policy, cfg = self.policy, self.config
-        if not policy.ready():
-            return  # the first step is a plain step: it times the target (fall-back)
-        seq_len = len(drafter.context)
-        levels = self._allowed_levels(seq_len)
-        untimed = [name for name in levels if policy.draft_latency[name].count == 0]
-        if untimed:
-            # Probe: one single-token draft forward to learn the level's cost c.
-            drafter.propose_children(untimed[0], 0, 1, policy)
+        if not self.policy.ready():
+            # The first step measures what the decisions need: the target's cost over a few
+            # tree sizes (this step itself is plain, and times a single token).
+            for size, seconds in drafter.time_target(self.config.calibration_sizes).items():
+                self.policy.verify_cost.observe(size, seconds)
             return
-        pld_cache: dict[int, list[int]] = {}
-        done: set[int] = set()
-        expected, spent = 1.0, 0.0
-        while True:
-            leaves, available = [], {}
-            for node in range(len(drafter.tree)):
-                if drafter.tree.children(node) or node in done or drafter.room(node) < 1:
-                    continue
-                names = list(levels)
-                if node not in pld_cache:
-                    pld_cache[node] = drafter.lookup(node, cfg.max_k)
-                if pld_cache[node]:
-                    names.append(PLD)
-                if names:
-                    info = drafter.info[node]
-                    leaves.append((node, info.estimate, drafter.tree.depth(node)))
-                    available[node] = names
-            spent = sum(drafter.seconds.values())
-            choice = policy.plan_expansion(
-                leaves, len(drafter.tree), expected, spent, seq_len, available
-            )
-            if choice is None:
-                return
-            before = len(drafter.tree)
-            if choice.draft == PLD:
-                per_token = policy.node_estimate(PLD, None)
-                drafter.add_chain(choice.leaf, pld_cache[choice.leaf][: choice.k], PLD, per_token)
-            else:
-                drafter.draft_chain(choice.draft, choice.leaf, choice.k, cfg.siblings, policy)
-            if len(drafter.tree) == before:
-                done.add(choice.leaf)
-            expected = 1.0 + sum(info.estimate for info in drafter.info[1:])
+        drafts = [*self._allowed_levels(len(drafter.context)), PLD]
+        if drafter.recycler is not None:
+            drafts.append(RECYCLE)
+        self.policy.grow(drafter, drafts)
 
     def observe(
         self, drafter: StepDrafter, accepted: Sequence[int], verify_seconds: float, prefix_len: int
     ) -> None:
-        policy = self.policy
-        policy.observe_verify(prefix_len, len(drafter.tree), verify_seconds)
-        for name, seconds in drafter.seconds.items():
-            calls = drafter.calls.get(name, 1)
-            # One observation per call: an average single-call latency at this context length.
-            for _ in range(calls):
-                policy.observe_draft(name, prefix_len, 1, seconds / calls)
         on_path = {0, *accepted}
-        tested = set()
-        for node in range(1, len(drafter.tree)):
-            info = drafter.info[node]
-            if (
-                info.primary
-                and drafter.tree.parent(node) in on_path
-                and info.source in policy.alpha
-            ):
-                policy.observe_acceptance(info.source, [node in on_path])
-                tested.add(info.source)
-        policy.end_step(tested)
+        tested = [
+            (info.source, node in on_path)
+            for node, info in enumerate(drafter.info)
+            if node > 0 and info.primary and drafter.tree.parent(node) in on_path
+        ]
+        timings = {
+            name: (drafter.calls.get(name, 0), seconds) for name, seconds in drafter.spent.items()
+        }
+        self.policy.observe_step(tested, len(drafter.tree), verify_seconds, timings)
 
 
 @dataclass
@@ -528,6 +576,7 @@ def make_schedule(method: str, spec: ScheduleSpec) -> Schedule:
     """The schedule of a method name (`casspec_ref.speculative.METHODS`, "ar" excluded)."""
     simple: dict[str, type[Schedule]] = {
         "pld": PLDOnly,
+        "recycle": RecycleOnly,
         "chain": Chain,
         "vc": VerticalCascade,
         "hc": HorizontalCascade,

@@ -30,7 +30,7 @@ from __future__ import annotations
 import time
 import weakref
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -38,6 +38,7 @@ import torch
 
 from casspec_ref.cascades import (
     DraftSampling,
+    Schedule,
     ScheduleOptions,
     ScheduleSpec,
     StepDrafter,
@@ -45,8 +46,9 @@ from casspec_ref.cascades import (
 )
 from casspec_ref.dsia.compose import Hierarchy
 from casspec_ref.dsia.prompt_lookup import PromptLookup, PromptLookupConfig
+from casspec_ref.dsia.recycle import TokenRecycler
 from casspec_ref.dsia.virtual_draft import DraftRunner
-from casspec_ref.dytc import PLD, DyTCConfig
+from casspec_ref.dytc import FREE_DRAFTS, DyTCConfig
 from casspec_ref.generate import (
     GenerationResult,
     check_generation_args,
@@ -69,6 +71,7 @@ METHODS = (
     "vchc",
     "swift-tree",
     "static-tree",
+    "recycle",
     "cas-spec",
 )
 
@@ -147,12 +150,187 @@ def _resolve_drafts(
             )
         plan.validate(model.config)
     names = [plan.name for plan in levels]
-    if len(set(names)) != len(names) or PLD in names:
+    if len(set(names)) != len(names) or set(names) & set(FREE_DRAFTS):
         raise ValueError(
-            f"draft levels need unique names other than {PLD!r} (statistics are kept per name); "
+            f"draft levels need unique names other than {FREE_DRAFTS} (statistics are kept per "
+            "name); "
             f"got {names}"
         )
     return tuple(levels)
+
+
+@dataclass
+class Decoding:
+    """Everything one speculative generation carries from step to step (visible state).
+
+    `prefill` starts it and `speculative_step` advances it by one draft-verify-commit step;
+    `generate_speculative` is those two calls and a loop.
+    """
+
+    model: Any
+    prompt: list[int]
+    max_new_tokens: int
+    schedule: Schedule
+    levels: dict[str, ExecutionPlan]
+    sampling: DraftSampling
+    rng: RandomSource
+    stops: frozenset[int]
+    options: ScheduleOptions
+    cache: KVCache
+    pld: PromptLookup
+    recycler: TokenRecycler | None
+    max_nodes: int
+    clock: Callable[[], float]
+    on_token: Callable[[int], None] | None = None
+    on_step: Callable[[StepTrace], None] | None = None
+    tokens: list[int] = field(default_factory=list)
+    done: bool = False
+    stopped: bool = False
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    def emit(self, token: int) -> None:
+        """Append one generated token; mark the generation done on a stop token or the limit."""
+        self.tokens.append(token)
+        self.pld.append(token)
+        if self.on_token is not None:
+            self.on_token(token)
+        if token in self.stops:
+            self.done = self.stopped = True
+        elif len(self.tokens) >= self.max_new_tokens:
+            self.done = True
+
+
+def prefill(state: Decoding) -> None:
+    """Run the whole prompt through the target and draw the first token, as `generate_ar` does."""
+    t0 = state.clock()
+    device = state.cache.k.device
+    prompt_t = torch.tensor([state.prompt], dtype=torch.long, device=device)  # (1, P)
+    logits = state.model.forward(prompt_t, None, cache=state.cache, last_only=True)  # (1, 1, V)
+    s = state.sampling
+    law = target_law(logits[0, -1], s.temperature, s.top_k, s.top_p).numpy()  # (V,)
+    state.stats["time_verify_s"] += state.clock() - t0
+    state.stats["target_forwards"] += 1
+    state.emit(int(state.rng.categorical(law)))
+
+
+def draft_tree(state: Decoding) -> StepDrafter:
+    """Step part 1: the schedule drafts a tree whose root is the last committed token."""
+    t0 = state.clock()
+    cache, base = state.cache, state.cache.length
+    room = cache.max_len - base
+    remaining = state.max_new_tokens - len(state.tokens)
+    runner = DraftRunner(state.model, cache)
+    drafter = StepDrafter(
+        state.tokens[-1], state.pld.tokens, runner, state.pld, state.levels, state.sampling,
+        state.rng, state.options, max_nodes=min(state.max_nodes, room),
+        max_depth=max(0, min(remaining - 1, room - 1)), clock=state.clock,
+        recycler=state.recycler,
+    )  # fmt: skip
+    if drafter.max_depth > 0:
+        state.schedule.build(drafter)
+    if runner is not None:
+        state.stats["draft_forwards"] += runner.forwards
+        runner.release()  # scratch rows go; the cache holds the verified prefix again
+    elapsed = state.clock() - t0
+    state.stats["time_draft_s"] += elapsed
+    # Planning: drafting time not spent in draft forwards or lookups (policy, bookkeeping).
+    state.stats["time_plan_s"] += max(0.0, elapsed - drafter.seconds())
+    return drafter
+
+
+def verify_step(state: Decoding, drafter: StepDrafter) -> tuple[VerifyResult, float]:
+    """Step part 2: ONE target forward over the tree, the verifier, and the cache commit."""
+    t0 = state.clock()
+    tree, cache, base = drafter.tree, state.cache, state.cache.length
+    device = cache.k.device
+    node_tokens = torch.tensor([tree.tokens], dtype=torch.long, device=device)  # (1, N)
+    positions = tree.positions(base)[None].to(device)  # (1, N)
+    # A chain (the root alone included) is causal: no mask takes the naive loop's path.
+    is_chain = all(tree.parent(i) == i - 1 for i in range(1, len(tree)))
+    mask = None if is_chain else tree.attention_mask(base).to(device)  # (N, base + N)
+    logits = state.model.forward(node_tokens, positions, cache=cache, attn_mask=mask)  # (1,N,V)
+    s = state.sampling
+    target_probs = target_law(logits[0], s.temperature, s.top_k, s.top_p).numpy()  # (N, V)
+    remaining = state.max_new_tokens - len(state.tokens)
+    result = verify_tree(tree, target_probs, state.rng, stop_ids=state.stops,
+                         max_accept=remaining - 1)  # fmt: skip
+    cache.commit(base, [0, *result.accepted])
+    if state.recycler is not None:
+        state.recycler.update(tree.tokens, logits[0])  # what the target predicted, for later
+    seconds = state.clock() - t0
+    state.stats["time_verify_s"] += seconds
+    state.stats["target_forwards"] += 1
+    return result, seconds
+
+
+def speculative_step(state: Decoding) -> VerifyResult:
+    """One step: draft a tree, verify it in one forward, commit, let the schedule learn."""
+    base = state.cache.length
+    drafter = draft_tree(state)
+    result, seconds = verify_step(state, drafter)
+    state.schedule.observe(drafter, result.accepted, seconds, base)
+    _count(state.stats, drafter, result)
+    if state.on_step is not None:
+        sources = [info.source for info in drafter.info]
+        prefix = state.prompt + state.tokens + result.accepted_tokens
+        trace = StepTrace(state.stats["steps"], drafter.tree, sources, result, prefix, state.cache)
+        state.on_step(trace)
+    for token in result.emitted:
+        state.emit(token)
+        if state.done:
+            break
+    if result.stopped:
+        state.done = state.stopped = True
+    return result
+
+
+def _count(stats: dict[str, Any], drafter: StepDrafter, result: VerifyResult) -> None:
+    stats["steps"] += 1
+    stats["accepted_lengths"].append(len(result.accepted))
+    stats["tree_sizes"].append(len(drafter.tree))
+    branching = any(len(drafter.tree.children(n)) > 1 for n in range(len(drafter.tree)))
+    stats["branching_steps"] += int(branching)
+    for node in range(1, len(drafter.tree)):
+        source = drafter.info[node].source
+        stats["proposed"][source] = stats["proposed"].get(source, 0) + 1
+    for node in result.accepted:
+        source = drafter.info[node].source
+        stats["accepted"][source] = stats["accepted"].get(source, 0) + 1
+
+
+def _start(model: Any, prompt: list[int], max_new_tokens: int, method: str,
+           sampling: DraftSampling, rng: RandomSource, stops: frozenset[int],
+           drafts: Hierarchy | Sequence[ExecutionPlan] | None,
+           options: dict[str, Any]) -> Decoding:  # fmt: skip
+    """Build the state of one generation: drafts, schedule, cache, prompt lookup, counters."""
+    dytc_config = options.get("dytc", DyTCConfig())
+    if options.get("policy") is not None:
+        dytc_config = options["policy"].config
+    sched_options = options.get("schedule", ScheduleOptions())
+    pld_config = options.get("pld", PromptLookupConfig())
+    if not isinstance(dytc_config, DyTCConfig) or not isinstance(sched_options, ScheduleOptions):
+        raise ValueError("options dytc and schedule must be DyTCConfig and ScheduleOptions")
+    levels = _resolve_drafts(model, drafts) if method not in ("pld", "recycle") else ()
+    names = [p.name for p in levels]
+    spec = ScheduleSpec(names, model.config.n_layers, dytc_config, options.get("policy"))
+    schedule = make_schedule(method, spec)
+    max_nodes = dytc_config.max_tree_size if method == "cas-spec" else 64
+    total = len(prompt) + max_new_tokens
+    param = next(model.parameters())
+    cache = KVCache(model.config, min(model.config.max_seq_len, total + max(max_nodes, 64) + 1),
+                    param.dtype, param.device)  # fmt: skip
+    stats: dict[str, Any] = {
+        "method": method, "levels": names, "accepted_lengths": [], "steps": 0,
+        "target_forwards": 0, "proposed": {}, "accepted": {}, "draft_forwards": 0,
+        "tree_sizes": [], "branching_steps": 0,
+        "time_draft_s": 0.0, "time_plan_s": 0.0, "time_verify_s": 0.0,
+    }  # fmt: skip
+    recycler = TokenRecycler() if method in ("cas-spec", "recycle") else None
+    return Decoding(
+        model, prompt, max_new_tokens, schedule, {p.name: p for p in levels}, sampling, rng,
+        stops, sched_options, cache, PromptLookup(prompt, pld_config), recycler, max_nodes,
+        options.get("clock", time.perf_counter), stats=stats,
+    )  # fmt: skip
 
 
 def generate_speculative(
@@ -193,8 +371,9 @@ def generate_speculative(
 
     Returns a `GenerationResult` whose ``stats`` hold ``mat`` (bonus included, prefill counted
     as one forward), ``accepted_lengths`` (drafted tokens accepted per step), ``steps``,
-    ``target_forwards``, per-level ``proposed``/``accepted``, ``draft_forwards`` and the time
-    split ``time_draft_s``/``time_verify_s``/``time_other_s``.
+    ``target_forwards``, per-level ``proposed``/``accepted``, ``draft_forwards``,
+    ``tree_sizes``, ``branching_steps`` and the time split
+    ``time_draft_s``/``time_plan_s``/``time_verify_s``/``time_other_s``.
     """
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}: allowed are {', '.join(METHODS)}")
@@ -216,152 +395,22 @@ def generate_speculative(
         ar.stats.setdefault("accepted_lengths", [0] * max(0, n - 1))
         ar.stats.setdefault("steps", max(0, n - 1))
         return ar
-
-    config = model.config
-    stops = frozenset(stop_list)
-    dytc_config = options.get("dytc", DyTCConfig())
-    if options.get("policy") is not None:
-        dytc_config = options["policy"].config
-    sched_options = options.get("schedule", ScheduleOptions())
-    pld_config = options.get("pld", PromptLookupConfig())
-    clock: Callable[[], float] = options.get("clock", time.perf_counter)
-    if not isinstance(dytc_config, DyTCConfig) or not isinstance(sched_options, ScheduleOptions):
-        raise ValueError("options dytc and schedule must be DyTCConfig and ScheduleOptions")
-    levels = _resolve_drafts(model, drafts) if method != "pld" else ()
-    schedule = make_schedule(
-        method,
-        ScheduleSpec([p.name for p in levels], config.n_layers, dytc_config, options.get("policy")),
-    )
-    total = len(prompt) + max_new_tokens
     sampling = DraftSampling(temperature, top_k, top_p)
-    max_nodes = max(dytc_config.max_tree_size, 64)
-    dtype = next(model.parameters()).dtype
-    device = next(model.parameters()).device
-    cache = KVCache(config, min(config.max_seq_len, total + max_nodes + 1), dtype, device)
-
-    stats: dict[str, Any] = {
-        "method": method,
-        "levels": [p.name for p in levels],
-        "accepted_lengths": [],
-        "steps": 0,
-        "target_forwards": 0,
-        "proposed": {},
-        "accepted": {},
-        "draft_forwards": 0,
-        "tree_sizes": [],
-    }
-    t_draft = t_verify = t_plan = 0.0
-    t_start = clock()
-    tokens: list[int] = []
-    stopped = False
-
-    def emit(token: int) -> bool:
-        """Append one token; True when generation must stop."""
-        tokens.append(token)
-        if on_token is not None:
-            on_token(token)
-        return token in stops or len(tokens) >= max_new_tokens
-
+    state = _start(model, prompt, max_new_tokens, method, sampling, rng, frozenset(stop_list),
+                   drafts, options)  # fmt: skip
+    state.on_token, state.on_step = on_token, on_step
+    t_start = state.clock()
     with torch.no_grad():
         if max_new_tokens > 0:
-            # Prefill: the whole prompt, then the first token from its last position.
-            t0 = clock()
-            prompt_t = torch.tensor([prompt], dtype=torch.long, device=device)  # (1, P)
-            logits = model.forward(prompt_t, None, cache=cache, last_only=True)  # (1, 1, V)
-            t_verify += clock() - t0
-            stats["target_forwards"] += 1
-            first = int(
-                rng.categorical(target_law(logits[0, -1], temperature, top_k, top_p).numpy())
-            )
-            stopped = first in stops
-            done = emit(first)
-            pld = PromptLookup(prompt + [first], pld_config)
-            levels_by_name = {p.name: p for p in levels}
-            while not done:
-                root = tokens[-1]
-                base = cache.length  # the verified prefix: prompt + tokens[:-1]
-                remaining = max_new_tokens - len(tokens)
-                t0 = clock()
-                runner = DraftRunner(model, cache) if levels else None
-                room = cache.max_len - base
-                drafter = StepDrafter(
-                    root, pld.tokens, runner, pld, levels_by_name, sampling, rng, sched_options,
-                    max_nodes=min(dytc_config.max_tree_size if method == "cas-spec" else max_nodes,
-                                  room),
-                    max_depth=max(0, min(remaining - 1, room - 1)),
-                    clock=clock,
-                )  # fmt: skip
-                if drafter.max_depth > 0:
-                    schedule.build(drafter)
-                if runner is not None:
-                    stats["draft_forwards"] += runner.forwards
-                    runner.release()
-                t_draft += clock() - t0
-                # Planning: drafting time not spent in draft forwards or lookups (DyTC's policy,
-                # tree bookkeeping).
-                t_plan += max(0.0, clock() - t0 - sum(drafter.seconds.values()))
-
-                tree = drafter.tree
-                t0 = clock()
-                node_tokens = torch.tensor([tree.tokens], dtype=torch.long, device=device)  # (1,N)
-                positions = tree.positions(base)[None].to(device)  # (1, N)
-                # A chain (the root alone included) is a causal sequence: passing no mask takes
-                # the model's causal path, which is the naive loop's path and faster than an
-                # explicit mask. Branching trees need the ancestors mask.
-                is_chain = all(tree.parent(i) == i - 1 for i in range(1, len(tree)))
-                mask = None if is_chain else tree.attention_mask(base).to(device)  # (N, base+N)
-                logits = model.forward(node_tokens, positions, cache=cache, attn_mask=mask)
-                t_verify_step = clock() - t0
-                t_verify += t_verify_step
-                stats["target_forwards"] += 1
-
-                target_probs = target_law(logits[0], temperature, top_k, top_p).numpy()  # (N, V)
-                result = verify_tree(
-                    tree, target_probs, rng, stop_ids=stops, max_accept=remaining - 1
-                )
-                cache.commit(base, [0, *result.accepted])
-                schedule.observe(drafter, result.accepted, t_verify_step, base)
-
-                stats["steps"] += 1
-                stats["accepted_lengths"].append(len(result.accepted))
-                stats["tree_sizes"].append(len(tree))
-                for node in range(1, len(tree)):
-                    source = drafter.info[node].source
-                    stats["proposed"][source] = stats["proposed"].get(source, 0) + 1
-                for node in result.accepted:
-                    source = drafter.info[node].source
-                    stats["accepted"][source] = stats["accepted"].get(source, 0) + 1
-                if on_step is not None:
-                    sources = [info.source for info in drafter.info]
-                    prefix = prompt + tokens + result.accepted_tokens
-                    on_step(StepTrace(stats["steps"], tree, sources, result, prefix, cache))
-
-                for token in result.emitted:
-                    pld.append(token)
-                    done = emit(token)
-                    if done:
-                        stopped = token in stops
-                        break
-                if result.stopped:
-                    stopped, done = True, True
-
-    elapsed = clock() - t_start
-    forwards = max(1, stats["target_forwards"])
-    stats["mat"] = len(tokens) / forwards if tokens else 0.0
-    stats["time_draft_s"] = t_draft
-    stats["time_plan_s"] = t_plan
-    stats["time_verify_s"] = t_verify
-    stats["time_other_s"] = max(0.0, elapsed - t_draft - t_verify)
-    policy = getattr(schedule, "policy", None)
-    if policy is not None and policy.ready() and elapsed > 0:
-        # DyTC has timed plain steps: tokens/s times the predicted plain-step time estimates the
-        # speedup over the naive loop on this machine (prefill included in both, roughly).
-        plain = policy.step_seconds(len(prompt) + len(tokens))
-        stats["speedup_estimate"] = len(tokens) / elapsed * plain
+            prefill(state)
+            while not state.done:
+                speculative_step(state)
+    elapsed = state.clock() - t_start
+    stats = state.stats
+    stats["mat"] = len(state.tokens) / max(1, stats["target_forwards"]) if state.tokens else 0.0
+    stats["time_other_s"] = max(0.0, elapsed - stats["time_draft_s"] - stats["time_verify_s"])
     timing = {
         "total_s": elapsed,
-        "tokens_per_s": len(tokens) / elapsed if elapsed > 0 else 0.0,
+        "tokens_per_s": len(state.tokens) / elapsed if elapsed > 0 else 0.0,
     }
-    return GenerationResult(
-        tokens=tokens, prompt_ids=prompt, stopped=stopped, timing=timing, stats=stats
-    )
+    return GenerationResult(state.tokens, prompt, state.stopped, timing, stats)

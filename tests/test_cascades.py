@@ -12,7 +12,6 @@ from casspec_ref.cascades import (
     ScheduleOptions,
     ScheduleSpec,
     StepDrafter,
-    lookup_continuation,
     make_schedule,
 )
 from casspec_ref.config import tiny_llama
@@ -51,12 +50,13 @@ def _drafter(
     return drafter, cache
 
 
-def test_lookup_continuation_agrees_with_prompt_lookup() -> None:
-    rng = np.random.default_rng(0)
-    for _ in range(200):
-        context = rng.integers(0, 4, size=int(rng.integers(1, 30))).tolist()
-        want = PromptLookup(context).propose(5)
-        assert lookup_continuation(context, 3, 5) == want, context
+def test_lookup_below_the_root_uses_the_one_prompt_lookup() -> None:
+    """A node's proposal is the prompt lookup of the committed context plus the path to it."""
+    model = _model()
+    drafter, _ = _drafter(model, DraftSampling(), ScheduleOptions())
+    node = drafter.add_chain(0, [3, 5], "pld")[-1]
+    want = PromptLookup(CONTEXT + [3, 5]).propose(4)
+    assert want and drafter.lookup(node, 4) == want
 
 
 def test_static_tree_shape_and_greedy_rules() -> None:

@@ -1,18 +1,23 @@
-"""DyTC units: estimates, latency model, T(S,k), EWIF formulas, growth and stop rule."""
+"""DyTC units: estimates, the cost curve, T(S,k), EWIF formulas, growth, width, the stop rule,
+exploration, and the simulator across cost curves."""
 
 from __future__ import annotations
 
 import math
+import random
 
 import numpy as np
 import pytest
+from dytc_simulator import CURVES, SimDrafter, World, best_fixed, default_world, run_dytc
 
 from casspec_ref.dytc import (
     PLD,
+    RECYCLE,
     AcceptanceEstimator,
+    CostCurve,
     DyTCConfig,
     DyTCPolicy,
-    LatencyModel,
+    best_k,
     ewif_chain,
     expected_tree_tokens,
     max_cascade_depth,
@@ -56,26 +61,33 @@ def test_seed_article_rule_is_window_one() -> None:
     assert est.alpha == pytest.approx(0.8 * 0.7)
 
 
-def test_latency_model_recovers_a_linear_law() -> None:
-    model = LatencyModel(ridge=1e-12)
-    b0, b1, b2 = 0.03, 2e-5, 0.004
-    for seq_len in (10, 200, 700):
-        for depth in (1, 3, 8):
-            model.observe(seq_len, depth, b0 + b1 * seq_len + b2 * depth)
-    fit = model.coefficients
-    assert fit == pytest.approx((b0, b1, b2), rel=1e-6, abs=1e-9)
-    assert model.predict(400, 5) == pytest.approx(b0 + b1 * 400 + b2 * 5, rel=1e-6)
-
-
-def test_latency_model_with_constant_features_predicts_the_mean() -> None:
-    model = LatencyModel()
-    for seconds in (0.02, 0.04):
-        model.observe(100, 1, seconds)
-    assert model.predict(100, 1) == pytest.approx(0.03, rel=1e-3)
+def test_cost_curve_learns_a_non_monotone_table() -> None:
+    curve = CostCurve(weight=0.5)
+    for tokens, seconds in [(1, 0.040), (2, 0.064), (4, 0.058), (8, 0.057)]:
+        curve.observe(tokens, seconds)
+    assert curve.predict(2) == 0.064 and curve.predict(4) == 0.058
+    assert curve.predict(3) == pytest.approx((0.064 + 0.058) / 2)  # interpolated
+    assert curve.predict(6) == pytest.approx(0.0575)
+    assert curve.predict(16) == pytest.approx(0.057)  # beyond: a falling slope is clamped flat
+    curve.observe(2, 0.040)  # EMA with weight 0.5
+    assert curve.predict(2) == pytest.approx(0.052)
+    rising = CostCurve()
+    rising.observe(1, 0.04)
+    rising.observe(2, 0.05)
+    assert rising.predict(5) == pytest.approx(0.08)  # extrapolated with the last slope
     with pytest.raises(ValueError, match="finite"):
-        model.observe(1, 1, float("nan"))
+        curve.observe(1, float("nan"))
     with pytest.raises(ValueError, match="at least one observation"):
-        LatencyModel().predict(1, 1)
+        CostCurve().predict(1)
+
+
+def test_cost_curve_staleness() -> None:
+    curve = CostCurve(horizon=3)
+    curve.observe(4, 0.1)
+    assert not curve.stale(4) and curve.stale(2)
+    for _ in range(3):
+        curve.tick()
+    assert curve.stale(4)
 
 
 def test_t_score_hand_computed() -> None:
@@ -167,96 +179,142 @@ def test_config_validation() -> None:
         DyTCConfig(max_tree_size=0)
 
 
-def _timed_policy(draft_seconds: float, alpha: float) -> DyTCPolicy:
-    policy = DyTCPolicy(["l1"], DyTCConfig(prior_alpha=alpha, warmup=0))
-    for size in (1, 4, 8):
-        policy.observe_verify(100, size, 0.030 + 0.002 * (size - 1))
-    for _ in range(2):  # the first timing of each draft is discarded (one-time setup)
-        policy.observe_draft("l1", 100, 1, draft_seconds)
-        policy.observe_draft(PLD, 100, 1, 1e-5)
+def _timed_policy(draft_seconds: float, alpha: float, **config: float) -> DyTCPolicy:
+    """A policy that has timed the target (40 ms + 2 ms per extra token) and draft "l1"."""
+    policy = DyTCPolicy(["l1"], DyTCConfig(prior_alpha=alpha, warmup=0, **config))  # type: ignore[arg-type]
+    for _ in range(2):  # the first timing of a model draft is discarded (one-time setup)
+        policy.observe_step([], 1, 0.040, {"l1": (1, draft_seconds), PLD: (1, 1e-5)})
+    for size in (2, 4, 8, 16, 32):
+        policy.observe_step([], size, 0.040 + 0.002 * (size - 1), {})
     return policy
+
+
+def _drafter(world: World) -> SimDrafter:
+    return SimDrafter(world, random.Random(0), 32, 16)
 
 
 def test_first_draft_timing_is_discarded() -> None:
     policy = DyTCPolicy(["l1"])
-    policy.observe_verify(100, 1, 0.03)
-    policy.observe_draft("l1", 100, 1, 5.0)  # e.g. an int8 weight copy made on first use
-    assert policy.draft_latency["l1"].count == 0
-    policy.observe_draft("l1", 100, 1, 0.006)
-    assert policy.cost("l1", 100) == pytest.approx(0.2, rel=1e-3)
+    policy.observe_step([], 1, 0.03, {"l1": (1, 5.0)})  # e.g. an int8 weight copy made on first use
+    assert len(policy.draft_cost["l1"]) == 0 and policy.untimed(["l1", PLD]) == ["l1"]
+    policy.observe_step([], 1, 0.03, {"l1": (1, 0.006)})
+    assert policy.cost("l1") == pytest.approx(0.2, rel=1e-3)
+
+
+def test_best_k_with_and_without_the_verify_cost() -> None:
+    # Without verify cost, T(S,k) favours k = 1 (the paper's formula); a measured cost curve
+    # that is flat after k = 1 makes longer drafts pay.
+    assert best_k(0.8, 0.1, 0.0, 0.01, [0.0] * 6) == 1
+    assert best_k(0.8, 0.05, 0.0, 0.01, [1.0] * 6) > 2
+    with pytest.raises(ValueError, match="at least one"):
+        best_k(0.8, 0.1, 0.0, 0.01, [])
 
 
 def test_policy_falls_back_before_any_timing() -> None:
     policy = DyTCPolicy(["l1"])
-    assert policy.plan_expansion([(0, 1.0, 0)], 1, 1.0, 0.0, 100, {0: ["l1", PLD]}) is None
+    drafter = _drafter(default_world(CURVES["linear"]))
+    assert policy.grow(drafter, ["l1", PLD]) == {0: 1.0} and drafter.size() == 1
 
 
 def test_policy_drafts_with_a_cheap_good_draft_and_stops_with_a_bad_one() -> None:
-    good = _timed_policy(draft_seconds=0.003, alpha=0.9)
-    expansion = good.plan_expansion([(0, 1.0, 0)], 1, 1.0, 0.0, 100, {0: ["l1"]})
-    assert expansion is not None and expansion.draft == "l1"
-    assert expansion.predicted_ewif > 1.0
-    # Growing best-first, always from the newest leaf of the chain, goes several tokens deep.
-    depth, cum, tokens, spent = 0, 1.0, 1.0, 0.0
-    while expansion is not None:
-        for _ in range(expansion.k):
-            depth += 1
-            cum *= 0.9
-            tokens += cum
-        spent += 0.003 * expansion.k
-        expansion = good.plan_expansion(
-            [(depth, cum, depth)], depth + 1, tokens, spent, 100, {depth: ["l1"]}
-        )
-    assert depth >= 3
+    world = World(CURVES["linear"], {"l1": 0.9}, {"l1": 0.003})
+    good = _timed_policy(draft_seconds=0.003, alpha=0.9, siblings=1)
+    drafter = _drafter(world)
+    estimates = good.grow(drafter, ["l1"])
+    assert drafter.size() >= 4 and set(drafter.draft[1:]) == {"l1"}
+    assert all(estimates[n] < estimates[drafter.parent[n]] for n in range(1, drafter.size()))
     bad = _timed_policy(draft_seconds=0.040, alpha=0.3)
-    assert bad.plan_expansion([(0, 1.0, 0)], 1, 1.0, 0.0, 100, {0: ["l1"]}) is None
+    drafter = _drafter(world)
+    assert bad.grow(drafter, ["l1"]) == {0: 1.0} and drafter.size() == 1
 
 
 def test_policy_prefers_the_near_free_prompt_lookup() -> None:
     policy = _timed_policy(draft_seconds=0.020, alpha=0.6)
-    expansion = policy.plan_expansion([(0, 1.0, 0)], 1, 1.0, 0.0, 100, {0: ["l1", PLD]})
-    assert expansion is not None and expansion.draft == PLD
+    world = World(CURVES["linear"], {"l1": 0.6, PLD: 0.5}, {"l1": 0.02, PLD: 1e-5}, offer={PLD: 1})
+    drafter = _drafter(world)
+    choice = policy.plan(drafter, {0: 1.0}, ["l1", PLD])
+    assert choice is not None and choice.draft == PLD
 
 
-def test_policy_respects_the_size_budget_and_expands_the_best_leaf() -> None:
+def test_stop_rule_considers_every_leaf() -> None:
+    """A free prompt-lookup continuation below a less promising leaf is still taken."""
+    policy = _timed_policy(draft_seconds=0.040, alpha=0.5)
+    world = World(CURVES["flat (GPU-like)"], {"l1": 0.5, PLD: 0.9}, {"l1": 0.04, PLD: 1e-5})
+    drafter = _drafter(world)
+    a = drafter._add(0, "l1", 0)
+    b = drafter._add(0, "l1", 1)
+    drafter._offers[(a, PLD)] = 0  # the most promising leaf offers nothing free
+    drafter._offers[(b, PLD)] = 5
+    choice = policy.plan(drafter, {0: 1.0, a: 0.6, b: 0.2}, ["l1", PLD])
+    assert choice is not None and (choice.leaf, choice.draft) == (b, PLD)
+
+
+def test_size_budget() -> None:
     policy = _timed_policy(draft_seconds=0.001, alpha=0.95)
-    leaves = [(3, 0.2, 1), (5, 0.9, 2)]
-    expansion = policy.plan_expansion(leaves, 6, 2.0, 0.0, 100, {3: ["l1"], 5: ["l1"]})
-    assert expansion is not None and expansion.leaf == 5
-    full = policy.config.max_tree_size
-    assert policy.plan_expansion(leaves, full, 2.0, 0.0, 100, {3: ["l1"], 5: ["l1"]}) is None
+    drafter = SimDrafter(
+        World(CURVES["linear"], {"l1": 0.95}, {"l1": 0.001}), random.Random(0), 6, 16
+    )
+    policy.grow(drafter, ["l1"])
+    assert 1 < drafter.size() <= 6
 
 
-def test_latency_forgetting_follows_a_load_change_and_predictions_have_a_floor() -> None:
-    plain, forgetful = LatencyModel(), LatencyModel(forgetting=0.8)
-    for _ in range(50):  # a loaded machine: 1 s per forward
-        plain.observe(100, 1, 1.0)
-        forgetful.observe(100, 1, 1.0)
-    for _ in range(30):  # the load goes away: 0.03 s
-        plain.observe(100, 1, 0.03)
-        forgetful.observe(100, 1, 0.03)
-    assert forgetful.predict(100, 1) < 0.05 < plain.predict(100, 1)
-    noisy = LatencyModel()
-    noisy.observe(10, 1, 0.05)
-    noisy.observe(300, 1, 0.01)  # extrapolating this trend to long contexts goes below zero
-    assert noisy.predict(3000, 1) == pytest.approx(0.01)
+def test_width_is_a_decision_flat_verify_cost_branches_steep_does_not() -> None:
+    """With verification nearly free, DyTC keeps the draft's alternatives as siblings and mixes
+    draft levels in one tree; when every node costs a full step, it builds chains (or nothing)."""
+    flat, steep = CURVES["flat (GPU-like)"], CURVES["steep"]
+    _, policy, _ = run_dytc(default_world(flat), 300, seed=3)
+    drafter = SimDrafter(default_world(flat), random.Random(5), 32, 16)
+    branching = mixed = 0
+    for seed in range(20):
+        drafter = SimDrafter(default_world(flat), random.Random(seed), 32, 16)
+        policy.grow(drafter, ["cheap", "good", PLD, RECYCLE])
+        branching += any(len(c) > 1 for c in drafter.children)
+        mixed += len(set(drafter.draft[1:])) > 1
+    assert branching >= 10 and mixed >= 5, (branching, mixed)
+    _, policy, sizes = run_dytc(default_world(steep), 300, seed=3)
+    for seed in range(20):
+        drafter = SimDrafter(default_world(steep), random.Random(seed), 32, 16)
+        policy.grow(drafter, ["cheap", "good", PLD, RECYCLE])
+        assert not any(len(c) > 1 for c in drafter.children)
 
 
 def test_untested_drafts_relax_towards_their_prior_so_they_can_recover() -> None:
-    """A draft whose estimate fell is not proposed, so it gets no observations: `end_step`
-    moves it back towards its prior by `reexplore` per step, and leaves tested drafts alone."""
-    from casspec_ref.dytc import PLD, DyTCConfig, DyTCPolicy
-
+    """A draft whose estimate fell is not proposed, so it gets no observations: each step moves
+    it back towards its prior by `reexplore`, and leaves tested drafts alone."""
     policy = DyTCPolicy(["model"], DyTCConfig(warmup=0, reexplore=0.1, prior_pld_alpha=0.5))
-    policy.observe_acceptance(PLD, [False] * 30)
-    policy.observe_acceptance("model", [True] * 30)
+    policy.observe_step([(PLD, False)] * 30 + [("model", True)] * 30, 1, 0.04, {})
     low, high = policy.alpha[PLD].alpha, policy.alpha["model"].alpha
     assert low < 0.05 and high > 0.9
-    policy.end_step(tested={"model"})
+    policy.observe_step([("model", True)], 1, 0.04, {})
     assert policy.alpha[PLD].alpha == pytest.approx(low + 0.1 * (0.5 - low))
-    assert policy.alpha["model"].alpha == high
     for _ in range(50):
-        policy.end_step(tested=())
+        policy.observe_step([], 1, 0.04, {})
     assert policy.alpha[PLD].alpha == pytest.approx(0.5, abs=0.01)
     with pytest.raises(ValueError, match="reexplore"):
         DyTCConfig(reexplore=1.0)
+
+
+def test_exploration_recovers_from_a_load_spike() -> None:
+    """Sizes measured during a load spike look too expensive to use; the exploration budget
+    tries them again, learns the real cost, and DyTC drafts again (no lock-out)."""
+    world = default_world(CURVES["linear"])
+    policy = DyTCPolicy(["cheap", "good"], DyTCConfig(explore_horizon=16))
+    for size in range(1, 33):
+        policy.observe_step([], size, 10 * world.verify(size) if size > 1 else world.verify(1), {})
+    rate, policy, sizes = run_dytc(world, 1500, seed=2, policy=policy)
+    assert max(sizes[-500:]) > 1 and sum(sizes[-500:]) / 500 > 2
+
+
+@pytest.mark.parametrize("curve", list(CURVES))
+def test_simulator_dytc_near_the_best_fixed_schedule_in_hindsight(curve: str) -> None:
+    """Over 3000 simulated steps, DyTC's realised tokens per second are within MARGIN of the
+    best fixed schedule in hindsight (plain, prompt lookup, recycled tokens or a chain of one
+    model draft, each at its best fixed k), on every cost curve, for two seeds."""
+    margin = 0.10
+    world = default_world(CURVES[curve])
+    for seed in (1, 2):
+        dytc, _, _ = run_dytc(world, 3000, seed)
+        fixed = best_fixed(world, 3000, seed, ["cheap", "good", PLD, RECYCLE])
+        best = max(fixed.values())
+        assert dytc >= (1 - margin) * best, (curve, seed, dytc, max(fixed, key=fixed.get), best)
+        assert dytc >= (1 - margin) * fixed["plain"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import example, given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from casspec_ref.dsia.prompt_lookup import PromptLookup, PromptLookupConfig
@@ -104,3 +104,23 @@ def test_matches_brute_force(
     expected, n = brute_force(tokens, cfg, limit)
     assert list(m.tokens) == expected
     assert m.ngram == n
+
+
+@settings(max_examples=300)
+@given(
+    tokens=st.lists(st.integers(0, 3), max_size=30),
+    extra=st.lists(st.integers(0, 3), max_size=8),
+    max_ngram=st.integers(1, 5),
+    limit=st.integers(0, 9),
+    prefer=st.sampled_from(["recent", "first"]),
+)
+@example(tokens=[1, 2, 3, 1, 2], extra=[3, 1, 2], max_ngram=5, limit=4, prefer="recent")
+def test_propose_after_equals_the_extended_context(
+    tokens: list[int], extra: list[int], max_ngram: int, limit: int, prefer: str
+) -> None:
+    """Below the root, the one prompt lookup answers for context + path without appending."""
+    cfg = PromptLookupConfig(max_ngram=max_ngram, prefer=prefer)  # type: ignore[arg-type]
+    pld = PromptLookup(tokens, cfg)
+    want = PromptLookup(tokens + extra, cfg).propose(limit)
+    assert pld.propose_after(extra, limit) == want
+    assert list(pld.tokens) == tokens  # the index is not changed

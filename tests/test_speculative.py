@@ -200,7 +200,7 @@ def test_dytc_falls_back_to_plain_steps_when_drafts_do_not_pay() -> None:
     sizes: list[int] = []
     got = generate_speculative(
         model, [1, 2, 3, 4, 5, 6], 40, method="cas-spec", drafts=_drafts(model),
-        dytc=DyTCConfig(prior_pld_alpha=0.0, warmup=0), clock=model.clock,
+        dytc=DyTCConfig(prior_pld_alpha=0.0, prior_recycle_alpha=0.0, warmup=0), clock=model.clock,
         on_step=lambda t: sizes.append(len(t.tree)),
     )  # fmt: skip
     assert got.tokens == generate_ar(model, [1, 2, 3, 4, 5, 6], 40).tokens

@@ -18,6 +18,10 @@ Notable choices:
   itself; a match whose continuation runs into the end of the context proposes fewer tokens.
 - Only appends are supported (the speculative loop only ever appends committed tokens); after a
   rollback, build a new `PromptLookup` from the kept tokens.
+- Below the root of a draft tree the context is the committed tokens *followed by the path* to
+  a node, which is not committed: `propose_after(path)` answers for that context without
+  changing the index, searching only the few positions the index cannot know (those whose
+  continuation lies on the path) directly. One implementation serves the root and every node.
 """
 
 from __future__ import annotations
@@ -133,3 +137,38 @@ class PromptLookup:
     def propose(self, max_tokens: int | None = None) -> list[int]:
         """The proposed draft tokens (possibly empty), at most ``max_tokens`` (default: config)."""
         return list(self.match(max_tokens).tokens)
+
+    def propose_after(self, extra: Sequence[int], max_tokens: int | None = None) -> list[int]:
+        """The proposal for the context followed by `extra` (uncommitted tokens), as if they
+        had been appended, without changing the index."""
+        limit = self.config.max_proposal if max_tokens is None else max_tokens
+        if limit < 0:
+            raise ValueError(f"max_tokens must be >= 0 or None, got {max_tokens}")
+        if not extra:
+            return self.propose(limit)
+        committed, path = self._tokens, list(extra)
+        size = len(committed) + len(path)
+
+        def at(i: int) -> int:
+            return committed[i] if i < len(committed) else path[i - len(committed)]
+
+        for n in range(self.config.max_ngram, self.config.min_ngram - 1, -1):
+            if size <= n:
+                continue
+            gram = [at(i) for i in range(size - n, size)]
+            # Continuations that start on the path are unknown to the index: search them here,
+            # most recent first (or first first), then ask the index for the committed ones.
+            direct = range(size - 1, max(len(committed), n) - 1, -1)
+            if self.config.prefer == "first":
+                direct = range(max(len(committed), n), size)
+            found = next(
+                (c for c in direct if all(at(c - n + j) == gram[j] for j in range(n))), None
+            )
+            indexed = self._index[n].get(tuple(gram))
+            if self.config.prefer == "first" and indexed is not None:
+                found = indexed
+            elif found is None:
+                found = indexed
+            if found is not None:
+                return [at(i) for i in range(found, min(found + limit, size))]
+        return []

@@ -1,0 +1,160 @@
+"""The exercise mechanism of the tutorials: stubs in the notebooks, solutions beside them.
+
+A notebook's "your turn" cell carries the cell tag ``exercise:NAME`` and holds a stub that runs
+without error but does not do the job (a function that returns None, a variable left at None).
+The cell after it (or a later one) carries ``check:NAME`` and asserts that the job was done.
+``tutorials/solutions/<notebook stem>.py`` holds one section per exercise, in the percent format
+that Jupyter and editors read as cells::
+
+    # %% exercise: NAME
+    <the code that replaces the stub>
+
+`run_notebook` executes a notebook with every stub replaced by its solution (so each exercise is
+proven solvable and every cell passes), then, in the same kernel, runs each exercise's stub
+followed by its check and requires the check to fail, and finally the solution and the check
+again, which must pass. A check that cannot fail, or a solution that does not solve, fails CI.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
+
+TUTORIALS = Path(__file__).resolve().parent
+SOLUTIONS = TUTORIALS / "solutions"
+#: Notebooks that do not carry exercises yet (each entry needs a reason).
+WITHOUT_EXERCISES = {
+    # Edited by the oracle work in parallel; its exercises come with that change.
+    "08_checking_another_implementation.ipynb",
+}
+SECTION = re.compile(r"^# %% exercise: *([\w-]+) *$", re.MULTILINE)
+
+
+def notebooks() -> list[Path]:
+    """Every tutorial notebook, in reading order."""
+    return sorted(TUTORIALS.glob("[0-9][0-9]_*.ipynb"))
+
+
+def _tag_names(cell: dict, kind: str) -> list[str]:
+    prefix = kind + ":"
+    return [
+        t[len(prefix) :] for t in cell.get("metadata", {}).get("tags", []) if t.startswith(prefix)
+    ]
+
+
+def exercises(nb: nbformat.NotebookNode) -> dict[str, tuple[int, int]]:
+    """{name: (index of the exercise cell, index of its check cell)}, in notebook order."""
+    stubs: dict[str, int] = {}
+    checks: dict[str, int] = {}
+    for index, cell in enumerate(nb.cells):
+        for kind, found in (("exercise", stubs), ("check", checks)):
+            for name in _tag_names(cell, kind):
+                if name in found:
+                    raise ValueError(f"two cells are tagged {kind}:{name}")
+                if cell.cell_type != "code":
+                    raise ValueError(f"the cell tagged {kind}:{name} is not a code cell")
+                found[name] = index
+    if set(stubs) != set(checks):
+        raise ValueError(
+            f"exercises without a check or checks without an exercise: {set(stubs) ^ set(checks)}"
+        )
+    for name, index in stubs.items():
+        if checks[name] <= index:
+            raise ValueError(f"the check of exercise {name!r} comes before the exercise")
+    return {name: (stubs[name], checks[name]) for name in stubs}
+
+
+def solutions_path(notebook: Path) -> Path:
+    return SOLUTIONS / f"{notebook.stem}.py"
+
+
+def load_solutions(path: Path) -> dict[str, str]:
+    """{name: code} from a solutions file (see the module docstring for its format)."""
+    text = path.read_text()
+    matches = list(SECTION.finditer(text))
+    if not matches:
+        raise ValueError(f"{path} has no '# %% exercise: NAME' section")
+    sections = {}
+    for match, following in zip(matches, [*matches[1:], None], strict=True):
+        end = following.start() if following else len(text)
+        sections[match.group(1)] = text[match.end() : end].strip("\n") + "\n"
+    return sections
+
+
+def filled(nb: nbformat.NotebookNode, solutions: dict[str, str]) -> nbformat.NotebookNode:
+    """A copy of ``nb`` whose exercise cells hold the solutions."""
+    found = exercises(nb)
+    if set(found) != set(solutions):
+        raise ValueError(
+            f"exercises {sorted(found)} and solutions {sorted(solutions)} do not match"
+        )
+    out = nbformat.from_dict(nb)
+    for name, (index, _) in found.items():
+        out.cells[index].source = solutions[name]
+    return out
+
+
+@dataclass
+class Report:
+    """What `run_notebook` established, and how long the executions took."""
+
+    notebook: str
+    seconds: float
+    exercises: list[str] = field(default_factory=list)
+    stub_failures: dict[str, str] = field(default_factory=dict)
+
+
+def _error_name(error: CellExecutionError) -> str:
+    return getattr(error, "ename", None) or str(error).strip().splitlines()[-1]
+
+
+def run_notebook(path: Path, timeout: int = 600) -> Report:
+    """Execute ``path`` with its solutions filled in, then prove every check fails on its stub."""
+    nb = nbformat.read(path, as_version=4)
+    found = exercises(nb)
+    solutions = load_solutions(solutions_path(path)) if found else {}
+    solved = filled(nb, solutions)
+    client = NotebookClient(
+        solved,
+        timeout=timeout,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(TUTORIALS)}},
+    )
+    report = Report(path.name, 0.0, list(found))
+    start = time.perf_counter()
+    with client.setup_kernel():
+        for index, cell in enumerate(solved.cells):
+            client.execute_cell(cell, index)
+        for name, (stub_index, check_index) in found.items():
+            # Run in the same kernel after the whole notebook, appended to it (nbclient stores
+            # each executed cell's outputs in the notebook).
+            stub, check, solution, recheck = (
+                nbformat.v4.new_code_cell(source)
+                for source in (
+                    nb.cells[stub_index].source,
+                    nb.cells[check_index].source,
+                    solutions[name],
+                    nb.cells[check_index].source,
+                )
+            )
+            solved.cells += [stub, check, solution, recheck]
+            end = len(solved.cells)
+            client.execute_cell(stub, end - 4)  # the stub itself must run
+            try:
+                client.execute_cell(check, end - 3)
+            except CellExecutionError as error:
+                report.stub_failures[name] = _error_name(error)
+            else:
+                raise AssertionError(
+                    f"{path.name}: the check of {name!r} passes on the unfilled stub"
+                )
+            client.execute_cell(solution, end - 2)
+            client.execute_cell(recheck, end - 1)
+    report.seconds = time.perf_counter() - start
+    return report

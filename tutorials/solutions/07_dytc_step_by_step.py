@@ -1,0 +1,14 @@
+# Solutions to the exercises of 07_dytc_step_by_step.ipynb.
+# Each section replaces the notebook cell tagged exercise:NAME (see tutorials/exercises.py).
+
+# %% exercise: t-verify
+def t_score_verify(a, k, c, a_pld, c_pld, v):
+    tokens = sum(a**i for i in range(1, k + 1)) + a**k * a_pld  # = a(1 - a^k)/(1 - a) + a^k a_PLD
+    return tokens / (c * k + c_pld + v)
+
+scores = [t_score_verify(0.9, k, 0.55, a_pld, c_pld, 1.0) for k in range(1, 11)]
+best_k_accurate = 1 + int(np.argmax(scores))
+
+# %% exercise: crossing
+values = traces["paper notes (w=0.3, window 20, warm-up 20)"]
+crossing = next(i for i in range(80, len(values)) if values[i] < 0.5)
