@@ -350,3 +350,25 @@ def test_f10_results_are_appended_and_resumed(tmp_path: Path, bench_model, monke
     assert result["settings"]["n_questions"] == 4
     # Other settings cannot resume this file.
     assert _bench(tmp_path, bench_model, "--out", str(out), "--resume", "--runs", "2") == 2
+
+
+def test_tokenizer_entry_points_validate(gguf_path: Path) -> None:
+    from casspec_ref.io.weights import load_model
+
+    _, tokenizer = load_model(gguf_path)
+    assert tokenizer.decode(tokenizer.encode("hello")) == "hello"
+    assert tokenizer.decode(np.array([50, 51])) == tokenizer.decode([50, 51])
+    for bad, message in (
+        ([3, None], "None.*not an integer"),
+        ([3, 2.0], "2.0.*not an integer"),
+        ([True], "True.*not an integer"),
+        ([3, 100], "100 is outside the vocabulary"),
+        ("abc", "got str"),
+    ):
+        for decode in (tokenizer.decode, tokenizer.decode_bytes):
+            with pytest.raises(ValueError, match=message):
+                decode(bad)
+    with pytest.raises(ValueError, match="text must be a str"):
+        tokenizer.encode(b"bytes")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="messages\\[0\\] must be a dict"):
+        tokenizer.apply_chat_template([{"role": "user"}])

@@ -44,6 +44,7 @@ Decisions and deviations:
 from __future__ import annotations
 
 import json
+import operator
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -297,17 +298,33 @@ class Tokenizer:
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of ``ids`` (invalid UTF-8, e.g. a cut multi-byte character, becomes U+FFFD)."""
-        ids = [int(i) for i in ids]
-        for token_id in ids:
-            if not 0 <= token_id < self.vocab_size:
-                raise ValueError(
-                    f"token id {token_id} is outside the vocabulary [0, {self.vocab_size})"
-                )
-        return self._encoding.decode(ids, errors="replace")
+        return self._encoding.decode(self._checked_ids(ids), errors="replace")
 
     def decode_bytes(self, ids: Sequence[int]) -> bytes:
         """Raw bytes of ``ids`` (useful when streaming: a character may span two tokens)."""
-        return self._encoding.decode_bytes([int(i) for i in ids])
+        return self._encoding.decode_bytes(self._checked_ids(ids))
+
+    def _checked_ids(self, ids: Sequence[int]) -> list[int]:
+        """``ids`` as ints in the vocabulary, or a ValueError naming the first bad one."""
+        if isinstance(ids, str | bytes):
+            raise ValueError(f"ids must be a sequence of token ids, got {type(ids).__name__}")
+        checked = []
+        for token_id in ids:
+            try:
+                if isinstance(token_id, bool | float):
+                    raise TypeError
+                value = operator.index(token_id)
+            except TypeError:
+                raise ValueError(
+                    f"token id {str(token_id)[:40]!r} is not an integer "
+                    f"(a {type(token_id).__name__})"
+                ) from None
+            if not 0 <= value < self.vocab_size:
+                raise ValueError(
+                    f"token id {value} is outside the vocabulary [0, {self.vocab_size})"
+                )
+            checked.append(value)
+        return checked
 
     # ----------------------------------------------------------------------------- chat
 
