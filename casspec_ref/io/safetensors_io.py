@@ -179,6 +179,11 @@ def _entry(path: Path, name: str, info: object) -> SafetensorsEntry:
             f"{path}: tensor {name!r} has data_offsets {str(offsets)[:80]}; expected "
             "[begin, end], two integers"
         )
+    if math.prod(max(d, 1) for d in shape) >= 2**63:
+        # Even with a zero extent, torch computes strides from the other extents.
+        raise ValueError(
+            f"{path}: tensor {name!r} has shape {shape[:8]}: its extents multiply past 2^63"
+        )
     begin, end = offsets
     if not 0 <= begin <= end:
         raise ValueError(f"{path}: tensor {name!r}: data_offsets {offsets} need 0 <= begin <= end")
