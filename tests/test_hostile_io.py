@@ -380,3 +380,27 @@ def test_gguf_loader_keeps_its_old_entry_points(tmp_path: Path) -> None:
     path = write_tiny_gguf(tmp_path / "m.gguf")
     config, state = load_gguf(path)
     assert config == TINY and state["tok_emb.weight"].shape == (TINY.vocab_size, TINY.d_model)
+
+
+def test_gguf_tokenizer_metadata_of_the_wrong_types(tmp_path: Path) -> None:
+    base = llama_kv() + [
+        ("tokenizer.ggml.model", GGUF_STRING, gstr("gpt2")),
+        ("tokenizer.ggml.pre", GGUF_STRING, gstr("smollm")),
+    ]
+    u32_array = array_header(4, 2) + struct.pack("<2I", 1, 1)
+    strings = array_header(GGUF_STRING, 2) + gstr("a") + gstr("b")
+    cases = {
+        "ints_as_tokens": [("tokenizer.ggml.tokens", GGUF_ARRAY, u32_array)]
+        + [("tokenizer.ggml.token_type", GGUF_ARRAY, u32_array)],
+        "strings_as_types": [("tokenizer.ggml.tokens", GGUF_ARRAY, strings)]
+        + [("tokenizer.ggml.token_type", GGUF_ARRAY, strings)],
+        "bos_string": [
+            ("tokenizer.ggml.tokens", GGUF_ARRAY, strings),
+            ("tokenizer.ggml.token_type", GGUF_ARRAY, u32_array),
+            ("tokenizer.ggml.bos_token_id", GGUF_STRING, gstr("1")),
+        ],
+    }
+    for label, extra in cases.items():
+        path = tmp_path / f"{label}.gguf"
+        path.write_bytes(gguf_bytes(base + extra))
+        _rejects(Tokenizer.from_gguf, path, match="tokenizer.ggml")

@@ -188,17 +188,31 @@ class Tokenizer:
                 "supported"
             )
         pre = metadata.get("tokenizer.ggml.pre") or "gpt-2"
-        if pre not in PRETOKENIZER_PATTERNS:
+        if not isinstance(pre, str) or pre not in PRETOKENIZER_PATTERNS:
             raise ValueError(
-                f"{name}: unknown pre-tokenizer {pre!r}; supported: {sorted(PRETOKENIZER_PATTERNS)}"
+                f"{name}: unknown pre-tokenizer {str(pre)[:60]!r}; supported: "
+                f"{sorted(PRETOKENIZER_PATTERNS)}"
             )
         tokens = metadata.get("tokenizer.ggml.tokens")
         types = metadata.get("tokenizer.ggml.token_type")
-        if tokens is None or types is None or len(tokens) != len(types):
-            raise ValueError(f"{name}: tokenizer.ggml.tokens / token_type are missing or differ")
-        special = frozenset(i for i, kind in enumerate(types) if int(kind) == _GGUF_CONTROL)
+        if not (
+            isinstance(tokens, list)
+            and isinstance(types, list)
+            and len(tokens) == len(types)
+            and all(isinstance(t, str) for t in tokens)
+            and all(isinstance(k, int) and not isinstance(k, bool) for k in types)
+        ):
+            raise ValueError(
+                f"{name}: tokenizer.ggml.tokens (strings) and tokenizer.ggml.token_type "
+                "(integers) must be present and of the same length"
+            )
+        special = frozenset(i for i, kind in enumerate(types) if kind == _GGUF_CONTROL)
         bos = metadata.get("tokenizer.ggml.bos_token_id")
         eos = metadata.get("tokenizer.ggml.eos_token_id")
+        for key, value in (("bos_token_id", bos), ("eos_token_id", eos)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                shown = str(value)[:40]
+                raise ValueError(f"{name}: tokenizer.ggml.{key}={shown!r}: not an integer")
         return cls(
             list(tokens),
             special,
