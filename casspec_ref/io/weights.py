@@ -228,10 +228,11 @@ def _gguf_value(metadata: Mapping[str, Any], key: str, default: Any = None) -> A
 
 
 def _gguf_int(metadata: Mapping[str, Any], key: str, default: int | None = None) -> int:
+    """A size from the metadata: an integer >= 1, or a ValueError naming the key."""
     value = _gguf_value(metadata, key, default)
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"GGUF metadata {key}={str(value)[:60]!r}: must be an integer")
-    if value < 1 and not (default is not None and value == default):
+    if value < 1:
         raise ValueError(f"GGUF metadata {key}={value}: must be >= 1")
     return value
 
