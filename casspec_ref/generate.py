@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 
 from casspec_ref.kv_cache import KVCache
@@ -57,21 +58,66 @@ class GenerationResult:
     stats: dict[str, Any] = field(default_factory=dict)
 
 
+def as_token_list(value: object, what: str, vocab_size: int) -> list[int]:
+    """``value`` (a sequence of ints, or an integer tensor/array of shape (T,) or (1, T)) as a
+    list of token ids in ``0 .. vocab_size - 1``; anything else raises `ValueError` that names
+    ``what`` and describes the value without dumping it."""
+    if isinstance(value, torch.Tensor | np.ndarray):
+        shape = tuple(value.shape)
+        dtype = value.dtype
+        if isinstance(value, torch.Tensor):
+            is_int = not (value.is_floating_point() or value.is_complex() or dtype == torch.bool)
+        else:
+            is_int = bool(np.issubdtype(value.dtype, np.integer))
+        if not is_int:
+            raise ValueError(
+                f"{what} is a {type(value).__name__} of dtype {dtype}: token ids must be "
+                "integers (a float or bool tensor is not silently converted)"
+            )
+        if len(shape) == 2 and shape[0] == 1:
+            value = value[0]
+        elif len(shape) != 1:
+            raise ValueError(
+                f"{what} has shape {list(shape)}: allowed are (T,) or (1, T); generation runs "
+                "one sequence at a time"
+            )
+        ids = [int(t) for t in value.tolist()]
+    elif isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise ValueError(
+            f"{what} must be a sequence of token ids, got {type(value).__name__}"
+            + (" (encode text with a tokenizer first)" if isinstance(value, str) else "")
+        )
+    else:
+        ids = list(value)
+    bad = [t for t in ids if not _is_token_id(t, vocab_size)]
+    if bad:
+        shown = ", ".join(repr(t)[:20] for t in bad[:5])
+        raise ValueError(
+            f"{what} contains [{shown}{', ...' if len(bad) > 5 else ''}]: token ids must be "
+            f"integers in 0..{vocab_size - 1} (vocab_size {vocab_size})"
+        )
+    return [operator.index(t) for t in ids]  # numpy / torch integers -> int
+
+
 def check_generation_args(
     model: Transformer,
-    prompt_ids: Sequence[int],
+    prompt_ids: Sequence[int] | torch.Tensor,
     max_new_tokens: int,
     temperature: float,
     top_k: int,
     top_p: float,
     stop_ids: Iterable[int],
+    rng: object = None,
 ) -> list[int]:
     """Validate the arguments every generation loop shares; return the prompt as a list.
 
+    The one boundary check of `generate_ar` and `generate_speculative`: ``prompt_ids`` may be a
+    sequence of ints or an integer tensor of shape (T,) or (1, T) (floats, bools and batches
+    are refused, never converted), ``rng`` (if given) must provide the `RandomSource` methods.
     Raises `ValueError` naming the bad argument and what is allowed.
     """
     config = model.config
-    prompt = list(prompt_ids)
+    prompt = as_token_list(prompt_ids, "prompt_ids", config.vocab_size)
     if not prompt:
         raise ValueError("prompt_ids is empty: give at least one token id")
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
@@ -79,14 +125,14 @@ def check_generation_args(
     if max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
     validate_sampling(temperature, top_k, top_p)
-    for what, ids in (("prompt_ids", prompt), ("stop_ids", list(stop_ids))):
-        bad = [t for t in ids if not _is_token_id(t, config.vocab_size)]
-        if bad:
-            raise ValueError(
-                f"{what} contains {bad[:5]}: token ids must be integers in "
-                f"0..{config.vocab_size - 1} (vocab_size {config.vocab_size})"
-            )
-    prompt = [operator.index(t) for t in prompt]  # numpy / torch integers -> int
+    as_token_list(stop_ids, "stop_ids", config.vocab_size)
+    if rng is not None and not all(
+        callable(getattr(rng, name, None)) for name in ("bernoulli", "categorical")
+    ):
+        raise ValueError(
+            f"rng is a {type(rng).__name__}: it must provide the RandomSource methods "
+            "bernoulli(prob) and categorical(probs) (e.g. casspec_ref.sampling.TorchRandomSource)"
+        )
     if len(prompt) + max_new_tokens > config.max_seq_len:
         raise ValueError(
             f"prompt of {len(prompt)} tokens + max_new_tokens={max_new_tokens} = "
@@ -97,7 +143,7 @@ def check_generation_args(
 
 
 def _is_token_id(value: object, vocab_size: int) -> bool:
-    if isinstance(value, bool):
+    if isinstance(value, bool | float):
         return False
     try:
         index = operator.index(value)  # type: ignore[arg-type]
@@ -125,7 +171,7 @@ def choose_token(
 
 def generate_ar(
     model: Transformer,
-    prompt_ids: Sequence[int],
+    prompt_ids: Sequence[int] | torch.Tensor,
     max_new_tokens: int,
     *,
     temperature: float = 0.0,
@@ -141,7 +187,7 @@ def generate_ar(
 
     Args:
         model: the target model (batch 1).
-        prompt_ids: the prompt token ids (non-empty).
+        prompt_ids: the prompt token ids (non-empty): ints, or an integer tensor (T,)/(1, T).
         max_new_tokens: at most this many tokens are generated (>= 0).
         temperature, top_k, top_p: the sampling transforms (temperature 0 = greedy).
         seed, rng: the random source (one of them; unused when greedy).
@@ -153,7 +199,7 @@ def generate_ar(
     """
     stop_list = list(stop_ids)
     prompt = check_generation_args(
-        model, prompt_ids, max_new_tokens, temperature, top_k, top_p, stop_list
+        model, prompt_ids, max_new_tokens, temperature, top_k, top_p, stop_list, rng
     )
     random_source = make_rng(seed, rng)
     stop = frozenset(operator.index(t) for t in stop_list)

@@ -159,12 +159,6 @@ def _resolve_drafts(
     return tuple(levels)
 
 
-def _as_list(prompt_ids: Sequence[int] | torch.Tensor) -> list[int]:
-    if isinstance(prompt_ids, torch.Tensor):
-        return [int(t) for t in prompt_ids.reshape(-1).tolist()]
-    return [int(t) if isinstance(t, np.integer) else t for t in prompt_ids]
-
-
 @dataclass
 class Decoding:
     """Everything one speculative generation carries from step to step (visible state).
@@ -341,7 +335,7 @@ def _start(model: Any, prompt: list[int], max_new_tokens: int, method: str,
 
 def generate_speculative(
     model: Any,
-    prompt_ids: Sequence[int],
+    prompt_ids: Sequence[int] | torch.Tensor,
     max_new_tokens: int,
     *,
     method: str = "cas-spec",
@@ -389,7 +383,7 @@ def generate_speculative(
         raise ValueError(f"unknown options {unknown}: allowed are {sorted(allowed)}")
     stop_list = [int(t) if isinstance(t, np.integer) else t for t in stop_ids]
     prompt = check_generation_args(
-        model, _as_list(prompt_ids), max_new_tokens, temperature, top_k, top_p, stop_list
+        model, prompt_ids, max_new_tokens, temperature, top_k, top_p, stop_list, rng
     )
     rng = make_rng(seed, rng)
     if method == "ar":

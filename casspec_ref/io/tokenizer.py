@@ -35,22 +35,24 @@ Decisions and deviations:
   rendering the template to a string and tokenizing it (the text between special tokens is
   tokenized on its own either way).
 - ``stop_ids`` = eos, ``<|im_end|>`` and ``<|endoftext|>`` when the vocabulary has them.
-- ``from_gguf`` reads the GGUF key/value section with :func:`read_gguf_metadata`, a ~60-line
-  parser kept beside its only user: ``gguf.GGUFReader`` would also work (``from_gguf_reader``,
-  used by ``weights.load_model`` which opens one anyway) but spends seconds turning 98k strings
-  into numpy views. The tests check both paths give the same tokenizer.
+- ``from_gguf`` reads the GGUF key/value section with :func:`read_gguf_metadata`, the project's
+  own bounds-checked parser (:mod:`casspec_ref.io.gguf`, also used by the weight loader).
+  ``from_gguf_reader`` accepts an open ``gguf.GGUFReader`` instead; the tests check both paths
+  give the same tokenizer.
 """
 
 from __future__ import annotations
 
 import json
-import struct
+import operator
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import tiktoken
+
+from casspec_ref.io.gguf import read_gguf_metadata
 
 # Pre-tokenizer of SmolLM2 (tokenizer.ggml.pre = "smollm"); see the module docstring.
 SMOLLM2_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+|\s+(?![^\s\p{N}])|\s+"
@@ -161,15 +163,14 @@ class Tokenizer:
     def from_gguf(cls, path: str | Path) -> Tokenizer:
         """Build the tokenizer from a GGUF file's ``tokenizer.ggml.*`` metadata.
 
-        Reads only the metadata section (our small parser, :func:`read_gguf_metadata`), which
-        takes a fraction of a second where opening a ``gguf.GGUFReader`` takes seconds.
+        Reads only the metadata section (our parser, :func:`read_gguf_metadata`).
         """
         path = Path(path)
         return cls.from_gguf_metadata(read_gguf_metadata(path), name=path.name)
 
     @classmethod
     def from_gguf_reader(cls, reader: Any, name: str = "gguf") -> Tokenizer:
-        """Build the tokenizer from an open ``gguf.GGUFReader`` (shared with the weight loader)."""
+        """Build the tokenizer from an open ``gguf.GGUFReader`` (the ``gguf`` package's)."""
         metadata = {
             key: field.contents()
             for key, field in reader.fields.items()
@@ -187,17 +188,31 @@ class Tokenizer:
                 "supported"
             )
         pre = metadata.get("tokenizer.ggml.pre") or "gpt-2"
-        if pre not in PRETOKENIZER_PATTERNS:
+        if not isinstance(pre, str) or pre not in PRETOKENIZER_PATTERNS:
             raise ValueError(
-                f"{name}: unknown pre-tokenizer {pre!r}; supported: {sorted(PRETOKENIZER_PATTERNS)}"
+                f"{name}: unknown pre-tokenizer {str(pre)[:60]!r}; supported: "
+                f"{sorted(PRETOKENIZER_PATTERNS)}"
             )
         tokens = metadata.get("tokenizer.ggml.tokens")
         types = metadata.get("tokenizer.ggml.token_type")
-        if tokens is None or types is None or len(tokens) != len(types):
-            raise ValueError(f"{name}: tokenizer.ggml.tokens / token_type are missing or differ")
-        special = frozenset(i for i, kind in enumerate(types) if int(kind) == _GGUF_CONTROL)
+        if not (
+            isinstance(tokens, list)
+            and isinstance(types, list)
+            and len(tokens) == len(types)
+            and all(isinstance(t, str) for t in tokens)
+            and all(isinstance(k, int) and not isinstance(k, bool) for k in types)
+        ):
+            raise ValueError(
+                f"{name}: tokenizer.ggml.tokens (strings) and tokenizer.ggml.token_type "
+                "(integers) must be present and of the same length"
+            )
+        special = frozenset(i for i, kind in enumerate(types) if kind == _GGUF_CONTROL)
         bos = metadata.get("tokenizer.ggml.bos_token_id")
         eos = metadata.get("tokenizer.ggml.eos_token_id")
+        for key, value in (("bos_token_id", bos), ("eos_token_id", eos)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                shown = str(value)[:40]
+                raise ValueError(f"{name}: tokenizer.ggml.{key}={shown!r}: not an integer")
         return cls(
             list(tokens),
             special,
@@ -270,35 +285,60 @@ class Tokenizer:
         try:
             data = text.encode("utf-8")
         except UnicodeEncodeError as err:
+            code = ord(text[err.start])
+            if 0xDC80 <= code <= 0xDCFF:  # how Python carries an undecodable input byte
+                raise ValueError(
+                    f"text holds the byte 0x{code - 0xDC00:02X} (at index {err.start}), which is "
+                    "not valid UTF-8: give the text in UTF-8"
+                ) from None
             raise ValueError(
-                f"text is not encodable as UTF-8 (lone surrogate at index {err.start})"
+                f"text is not encodable as UTF-8 (lone surrogate U+{code:04X} at index {err.start})"
             ) from None
         leftover = data.translate(None, self._encodable_bytes)
         if not leftover:
             return
         bad_byte = leftover[0]
+        listed = sorted(self.unencodable_bytes)
+        missing = ", ".join(f"0x{b:02X}" for b in listed[:24]) + (
+            f", ... ({len(listed)} in all)" if len(listed) > 24 else ""
+        )
         for ch in text:
             if bad_byte in ch.encode("utf-8"):
                 raise ValueError(
                     f"character {ch!r} (U+{ord(ch):04X}) contains byte 0x{bad_byte:02X}, which "
-                    f"has no token in this vocabulary; bytes without a token: "
-                    f"{', '.join(f'0x{b:02X}' for b in sorted(self.unencodable_bytes))}"
+                    f"has no token in this vocabulary; bytes without a token: {missing}"
                 )
         raise AssertionError("unreachable: the offending byte must belong to a character")
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of ``ids`` (invalid UTF-8, e.g. a cut multi-byte character, becomes U+FFFD)."""
-        ids = [int(i) for i in ids]
-        for token_id in ids:
-            if not 0 <= token_id < self.vocab_size:
-                raise ValueError(
-                    f"token id {token_id} is outside the vocabulary [0, {self.vocab_size})"
-                )
-        return self._encoding.decode(ids, errors="replace")
+        return self._encoding.decode(self._checked_ids(ids), errors="replace")
 
     def decode_bytes(self, ids: Sequence[int]) -> bytes:
         """Raw bytes of ``ids`` (useful when streaming: a character may span two tokens)."""
-        return self._encoding.decode_bytes([int(i) for i in ids])
+        return self._encoding.decode_bytes(self._checked_ids(ids))
+
+    def _checked_ids(self, ids: Sequence[int]) -> list[int]:
+        """``ids`` as ints in the vocabulary, or a ValueError naming the first bad one."""
+        if isinstance(ids, str | bytes):
+            raise ValueError(f"ids must be a sequence of token ids, got {type(ids).__name__}")
+        checked = []
+        for token_id in ids:
+            try:
+                if isinstance(token_id, bool | float):
+                    raise TypeError
+                value = operator.index(token_id)
+            except TypeError:
+                raise ValueError(
+                    f"token id {str(token_id)[:40]!r} is not an integer "
+                    f"(a {type(token_id).__name__})"
+                ) from None
+            if not 0 <= value < self.vocab_size:
+                raise ValueError(
+                    f"token id {value} is outside the vocabulary [0, {self.vocab_size})"
+                )
+            checked.append(value)
+        return checked
 
     # ----------------------------------------------------------------------------- chat
 
@@ -385,77 +425,3 @@ def _check_merge_order(path: Path, merges: list[object], vocab: Mapping[str, int
                 "not reproduce this merge order, which this tokenizer requires"
             )
         previous = merged
-
-
-# GGUF value types (the GGUF specification, ggml's docs/gguf.md): id -> struct format.
-_GGUF_SCALARS = {
-    0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d",
-}  # fmt: skip
-_GGUF_STRING, _GGUF_ARRAY = 8, 9
-
-
-def read_gguf_metadata(path: str | Path) -> dict[str, Any]:
-    """The key/value metadata of a GGUF file (v2/v3, little-endian), without its tensors.
-
-    Layout: magic ``GGUF``, u32 version, u64 tensor count, u64 key/value count, then per key a
-    u64-length UTF-8 string, a u32 value type and the value (strings are u64 length + bytes;
-    arrays are u32 item type + u64 count + items). Only as many bytes as the metadata needs are
-    parsed; a truncated or corrupted file raises ``ValueError``.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"GGUF file not found: {path}")
-    data = path.read_bytes()  # the whole file: the metadata sits at its start
-    try:
-        return _parse_gguf_metadata(data)
-    except (struct.error, UnicodeDecodeError, IndexError) as err:
-        raise ValueError(f"{path}: truncated or corrupted GGUF metadata ({err})") from None
-    except ValueError as err:
-        raise ValueError(f"{path}: {err}") from None
-
-
-def _parse_gguf_metadata(data: bytes) -> dict[str, Any]:
-    if data[:4] != b"GGUF":
-        raise ValueError(f"not a GGUF file (magic {data[:4]!r}, expected b'GGUF')")
-    version, _n_tensors, n_kv = struct.unpack_from("<IQQ", data, 4)
-    if version not in (2, 3):
-        raise ValueError(f"GGUF version {version} is not supported (2 or 3)")
-    offset = 24
-
-    def read_string() -> str:
-        nonlocal offset
-        (length,) = struct.unpack_from("<Q", data, offset)
-        if offset + 8 + length > len(data):
-            raise struct.error("string runs past the end of the file")
-        text = data[offset + 8 : offset + 8 + length].decode("utf-8")
-        offset += 8 + length
-        return text
-
-    def read_value(kind: int) -> Any:
-        nonlocal offset
-        if kind in _GGUF_SCALARS:
-            fmt = "<" + _GGUF_SCALARS[kind]
-            (value,) = struct.unpack_from(fmt, data, offset)
-            offset += struct.calcsize(fmt)
-            return value
-        if kind == _GGUF_STRING:
-            return read_string()
-        if kind == _GGUF_ARRAY:
-            item_kind, count = struct.unpack_from("<IQ", data, offset)
-            offset += 12
-            if item_kind in _GGUF_SCALARS and item_kind != 7:
-                # Numeric arrays in one call (the 49152 token types, for instance).
-                fmt = f"<{count}{_GGUF_SCALARS[item_kind]}"
-                values = list(struct.unpack_from(fmt, data, offset))
-                offset += struct.calcsize(fmt)
-                return values
-            return [read_value(item_kind) for _ in range(count)]
-        raise ValueError(f"unknown GGUF value type {kind} at byte {offset}")
-
-    metadata: dict[str, Any] = {}
-    for _ in range(n_kv):
-        key = read_string()
-        (kind,) = struct.unpack_from("<I", data, offset)
-        offset += 4
-        metadata[key] = read_value(kind)
-    return metadata

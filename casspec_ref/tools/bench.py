@@ -1,7 +1,12 @@
 """The speed harness: Spec-Bench's protocol on any question set, CPU or CUDA.
 
 ``python -m casspec_ref bench --questions FILE --methods ar,pld,cas-spec --max-new-tokens N
---runs R --device cpu|cuda --dtype float32|bfloat16|float16 --out DIR [--quick]``
+--runs R --device cpu|cuda --dtype float32|bfloat16|float16 --out DIR [--quick] [--resume]``
+
+Nothing measured is lost: ``--out`` is created before anything runs, and each answer is appended
+to ``DIR/results.jsonl`` (a settings line, then one line per run, question and method) as soon
+as it is measured; ``--resume`` reloads the questions that line file holds in full and runs
+only the others. The summary (``results.json``, ``table.txt``, plots) is written at the end.
 
 Protocol (docs/method.md §7, after Spec-Bench, Xia et al. 2024):
 - questions in Spec-Bench's ``question.jsonl`` format (``question_id``, ``category``, ``turns``);
@@ -494,7 +499,25 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     parser.add_argument("--model", default=None, help="GGUF file or HF directory (default SmolLM2)")
-    parser.add_argument("--out", default="bench_out", help="output folder (JSON, PNG)")
+    parser.add_argument(
+        "--out",
+        default="bench_out",
+        help="output folder (JSON, PNG); created first, results.jsonl grows question by question",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run recorded in --out/results.jsonl (same settings), skipping the "
+        "questions it already holds",
+    )
+    parser.add_argument(
+        "--memory-budget",
+        default=None,
+        help="bytes the model may use, e.g. 8G (default: physical memory)",
+    )
+    parser.add_argument(
+        "--max-context", type=int, default=None, help="cap the model context (max_seq_len)"
+    )
     parser.add_argument("--limit", type=int, default=0, help="use only the first N questions")
     parser.add_argument(
         "--quick", action="store_true", help="1 run, 32 new tokens, one question per group"
@@ -503,12 +526,73 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _error(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return 2
+
+
+RESULTS_FILE = "results.jsonl"
+
+
+def _record_line(run_index: int, method: str, record: QuestionRecord) -> dict[str, Any]:
+    return {
+        "run": run_index,
+        "method": method,
+        "question_id": record.question.question_id,
+        "category": record.question.category,
+        "turns": [{"tokens": t.tokens, "wall_s": t.wall_s, "stats": t.stats} for t in record.turns],
+        "peak_memory_bytes": record.peak_memory_bytes,
+    }
+
+
+def _load_results(
+    path: Path, settings: dict[str, Any], questions: Sequence[Question], methods: Sequence[str]
+) -> dict[tuple[int, Any], dict[str, QuestionRecord]]:
+    """The complete questions (every method recorded) of an earlier run, for ``--resume``."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    if not lines:
+        return {}
+    try:
+        head = json.loads(lines[0])
+    except json.JSONDecodeError:
+        raise ValueError(f"{path}:1: not a results file written by this harness") from None
+    if head.get("settings") != settings:
+        raise ValueError(
+            f"{path} was written with other settings ({head.get('settings')}); --resume needs "
+            f"the same ones ({settings}), or choose another --out"
+        )
+    by_id = {q.question_id: q for q in questions}
+    found: dict[tuple[int, Any], dict[str, QuestionRecord]] = defaultdict(dict)
+    for number, line in enumerate(lines[1:], start=2):
+        try:
+            row = json.loads(line)
+            question = by_id[row["question_id"]]
+            record = QuestionRecord(question, peak_memory_bytes=int(row["peak_memory_bytes"]))
+            for turn in row["turns"]:
+                record.turns.append(
+                    TurnRecord(list(turn["tokens"]), float(turn["wall_s"]), dict(turn["stats"]))
+                )
+            found[(int(row["run"]), question.question_id)][str(row["method"])] = record
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            # A line cut by an interruption, or a question no longer in the set: that
+            # question is simply run again.
+            print(f"note: {path}:{number} is incomplete; its question runs again", file=sys.stderr)
+    return {key: recs for key, recs in found.items() if set(methods) <= set(recs)}
+
+
 def main(argv: Sequence[str] | None = None, *, model: Any = None, tokenizer: Any = None) -> int:
-    """Run the harness; `model` and `tokenizer` may be given directly (the tests do)."""
+    """Run the harness; `model` and `tokenizer` may be given directly (the tests do).
+
+    Inputs are checked before anything runs (exit status 2 with a message): the options, the
+    question file, the output folder (created first, so an unwritable path fails at once), the
+    model, and every question's first turn (tokenizable, and short enough for the context).
+    Each answer is appended to ``--out/results.jsonl`` as soon as it is measured, so an
+    interrupted run keeps what it measured and ``--resume`` continues it.
+    """
     import torch
 
     args = _parser().parse_args(argv)
-    from casspec_ref.tools.cli import _methods
+    from casspec_ref.tools.cli import _methods, parse_size
 
     own_methods = list(_methods())
     available = own_methods + list(EXTERNAL_METHODS)
@@ -516,10 +600,7 @@ def main(argv: Sequence[str] | None = None, *, model: Any = None, tokenizer: Any
     methods = [m.strip() for m in methods if m.strip()]
     unknown = [m for m in methods if m not in available]
     if unknown:
-        print(
-            f"error: unknown methods {unknown}: allowed are {', '.join(available)}", file=sys.stderr
-        )
-        return 2
+        return _error(f"unknown methods {unknown}: allowed are {', '.join(available)}")
     if any(m in EXTERNAL_METHODS for m in methods):
         try:
             import transformers  # noqa: F401
@@ -528,104 +609,182 @@ def main(argv: Sequence[str] | None = None, *, model: Any = None, tokenizer: Any
             methods = [m for m in methods if m not in EXTERNAL_METHODS]
     if "ar" not in methods:
         methods.insert(0, "ar")
-    if args.runs < 1 or args.max_new_tokens < 1:
-        print("error: --runs and --max-new-tokens must be >= 1", file=sys.stderr)
-        return 2
+    for flag, value, low in (
+        ("--runs", args.runs, 1),
+        ("--max-new-tokens", args.max_new_tokens, 1),
+        ("--warmup", args.warmup, 0),
+        ("--limit", args.limit, 0),
+    ):
+        if value < low:
+            return _error(f"{flag}={value}: must be >= {low}")
+    if args.max_context is not None and args.max_context < 1:
+        return _error(f"--max-context={args.max_context}: must be >= 1")
+    try:
+        memory_budget = parse_size(args.memory_budget, "--memory-budget")
+    except ValueError as exc:
+        return _error(str(exc))
     if args.device.startswith("cuda") and not torch.cuda.is_available():
-        print(f"error: --device {args.device}: CUDA is not available here", file=sys.stderr)
-        return 2
+        return _error(f"--device {args.device}: CUDA is not available here")
+    if not (args.device == "cpu" or args.device.startswith("cuda")):
+        return _error(f"--device {args.device!r} is not supported: use cpu or cuda")
     if args.quick:
         args.runs, args.max_new_tokens = 1, min(args.max_new_tokens, 32)
 
     try:
         questions = load_questions(args.questions or default_questions_path())
-    except (FileNotFoundError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    except (FileNotFoundError, ValueError, UnicodeDecodeError) as exc:
+        return _error(str(exc))
     if args.quick:
         seen: set[str] = set()
         questions = [q for q in questions if not (q.group in seen or seen.add(q.group))]  # type: ignore[func-returns-value]
     if args.limit:
         questions = questions[: args.limit]
+    ids = [q.question_id for q in questions]
+    if len(set(map(repr, ids))) != len(ids):
+        return _error("question_id values must be unique within the question file")
+
+    settings = {
+        "questions": str(args.questions or default_questions_path()),
+        "n_questions": len(questions),
+        "methods": methods,
+        "max_new_tokens": args.max_new_tokens,
+        "runs": args.runs,
+        "model": str(args.model) if args.model else None,
+        "dtype": args.dtype,
+        "device": args.device,
+    }
+    # The output folder comes first: a path that cannot be written fails now, not after hours.
+    out = Path(args.out)
+    results_path = out / RESULTS_FILE
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        resumed = {}
+        if args.resume and results_path.is_file():
+            resumed = _load_results(results_path, settings, questions, methods)
+        with results_path.open("w", encoding="utf-8") as handle:
+            handle.write(json.dumps({"settings": settings}) + "\n")
+            for (run_index, _), recs in sorted(resumed.items(), key=lambda kv: repr(kv[0])):
+                for method in methods:
+                    line = _record_line(run_index, method, recs[method])
+                    handle.write(json.dumps(line, default=float) + "\n")
+    except OSError as exc:
+        return _error(f"--out {out}: cannot write there ({exc.strerror or exc})")
+    except ValueError as exc:
+        return _error(str(exc))
 
     if model is None:
         from casspec_ref.io.weights import load_model
 
         dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-        model, tokenizer = load_model(args.model, dtype=dtype[args.dtype], device=args.device)
-    assert tokenizer is not None, "the benchmark needs a tokenizer"
+        try:
+            model, tokenizer = load_model(
+                args.model,
+                dtype=dtype[args.dtype],
+                device=args.device,
+                memory_budget=memory_budget,
+                max_context=args.max_context,
+            )
+        except (FileNotFoundError, ValueError) as exc:
+            return _error(str(exc))
+    if tokenizer is None:
+        return _error(f"no tokenizer could be built for {args.model}: the harness needs text")
+    context = model.config.max_seq_len
+    for question in questions:
+        try:
+            first = tokenizer.apply_chat_template([{"role": "user", "content": question.turns[0]}])
+        except ValueError as exc:
+            return _error(f"question {question.question_id}: cannot be tokenized: {exc}")
+        if len(first) + args.max_new_tokens > context:
+            return _error(
+                f"question {question.question_id}: its first turn is {len(first)} tokens; with "
+                f"--max-new-tokens {args.max_new_tokens} that exceeds the model context "
+                f"{context} (shorten it or lower --max-new-tokens)"
+            )
     runners = {m: _make_runner(m, model, tokenizer.stop_ids) for m in methods}
     show = not args.no_progress
 
     # Warm-up: every method on the first questions, untimed.
     warm = _Progress(len(methods) * args.warmup, "warm-up", show)
-    for method in methods:
-        for question in questions[: args.warmup]:
-            run_question(
-                runners[method], tokenizer, question, min(16, args.max_new_tokens), args.device
-            )
-            warm.step(method)
+    try:
+        for method in methods:
+            for question in questions[: args.warmup]:
+                run_question(
+                    runners[method], tokenizer, question, min(16, args.max_new_tokens), args.device
+                )
+                warm.step(method)
+    except ValueError as exc:
+        return _error(f"warm-up: {exc}")
 
     runs: list[dict[str, list[QuestionRecord]]] = []
+    with results_path.open("a", encoding="utf-8") as results:
+        for run_index in range(args.runs):
+            progress = _Progress(
+                len(questions) * len(methods), f"run {run_index + 1}/{args.runs}", show
+            )
+            run: dict[str, list[QuestionRecord]] = {m: [] for m in methods}
+            for question in questions:
+                done = resumed.get((run_index, question.question_id))
+                if done is not None:
+                    for method in methods:
+                        run[method].append(done[method])
+                        progress.step(method)
+                    continue
+                reference = None
+                # Methods alternate within each question, so that drifts of a shared machine
+                # hit every method alike.
+                for method in methods:
+                    try:
+                        record = run_question(
+                            runners[method],
+                            tokenizer,
+                            question,
+                            args.max_new_tokens,
+                            args.device,
+                            reference,
+                        )
+                    except ValueError as exc:  # e.g. a later turn no longer fits the context
+                        return _error(
+                            f"question {question.question_id}, method {method}: {exc} (the "
+                            f"answers measured so far are in {results_path}; --resume continues)"
+                        )
+                    if method == "ar":
+                        reference = record
+                    results.write(
+                        json.dumps(_record_line(run_index, method, record), default=float) + "\n"
+                    )
+                    results.flush()
+                    run[method].append(record)
+                    progress.step(method)
+            runs.append(run)
+
     equal = {m: True for m in methods}
     divergences: list[dict[str, Any]] = []
-    for run_index in range(args.runs):
-        progress = _Progress(
-            len(questions) * len(methods), f"run {run_index + 1}/{args.runs}", show
-        )
-        run: dict[str, list[QuestionRecord]] = {m: [] for m in methods}
-        for question in questions:
-            reference = None
-            # Methods alternate within each question, so that drifts of a shared machine hit
-            # every method alike.
-            for method in methods:
-                record = run_question(
-                    runners[method],
-                    tokenizer,
-                    question,
-                    args.max_new_tokens,
-                    args.device,
-                    reference,
-                )
-                if method == "ar":
-                    reference = record
-                else:
-                    assert reference is not None
-                    for turn_index, (a, b) in enumerate(
-                        zip(reference.turns, record.turns, strict=True)
-                    ):
-                        at = first_divergence(a.tokens, b.tokens)
-                        if at is not None:
-                            equal[method] = False
-                            divergences.append(
-                                {
-                                    "method": method,
-                                    "question_id": question.question_id,
-                                    "turn": turn_index,
-                                    "position": at,
-                                }
-                            )
-                            print(
-                                f"\nDIVERGENCE: {method} question {question.question_id} turn "
-                                f"{turn_index} first differs from the naive loop at token {at}",
-                                file=sys.stderr,
-                            )
-                run[method].append(record)
-                progress.step(method)
-        runs.append(run)
+    for run in runs:
+        for index, base in enumerate(run["ar"]):
+            for method in (m for m in methods if m != "ar"):
+                record = run[method][index]
+                for turn_index, (a, b) in enumerate(zip(base.turns, record.turns, strict=True)):
+                    at = first_divergence(a.tokens, b.tokens)
+                    if at is not None:
+                        equal[method] = False
+                        divergences.append(
+                            {
+                                "method": method,
+                                "question_id": base.question.question_id,
+                                "turn": turn_index,
+                                "position": at,
+                            }
+                        )
+                        print(
+                            f"\nDIVERGENCE: {method} question {base.question.question_id} turn "
+                            f"{turn_index} first differs from the naive loop at token {at}",
+                            file=sys.stderr,
+                        )
 
     rows = summarize(runs, methods, equal)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     result = {
         "environment": environment(args.device, args.dtype),
-        "settings": {
-            "questions": str(args.questions or default_questions_path()),
-            "n_questions": len(questions),
-            "methods": methods,
-            "max_new_tokens": args.max_new_tokens,
-            "runs": args.runs,
-        },
+        "settings": settings,
         "records": rows,
         "divergences": divergences,
     }

@@ -8,13 +8,15 @@
 - ``bench`` runs the Spec-Bench-style harness (see docs/benchmarks.md).
 
 Argument checking happens here and in the library; every bad value exits with status 2 and a
-message that names the value and what is allowed.
+message that names the value and what is allowed. Ctrl-C exits with 130, a closed pipe on stdout
+(``| head``) exits quietly with 141 (see :func:`main`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -67,12 +69,25 @@ def _build_parser() -> argparse.ArgumentParser:
         help="a GGUF file or a Hugging Face checkpoint directory "
         "(default: the embedded SmolLM2-135M-Instruct)",
     )
+    gen.add_argument(
+        "--memory-budget",
+        default=None,
+        help="bytes the model may use, e.g. 8G or 512M (default: physical memory); a checkpoint "
+        "needing more is refused before anything is allocated",
+    )
+    gen.add_argument(
+        "--max-context",
+        type=int,
+        default=None,
+        help="cap the context the model allocates for (default: the checkpoint's)",
+    )
     gen.add_argument("--raw", action="store_true", help="do not apply the chat template")
     gen.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     gen.add_argument(
         "--show-tree",
         action="store_true",
-        help="print each speculative step's token tree, accepted tokens colored by draft level",
+        help="print each speculative step's token tree, accepted tokens colored by draft level "
+        "(to stderr with --json, so that stdout stays one JSON object)",
     )
 
     oracle = sub.add_parser("oracle", help="check a verify function with the exact-law oracle")
@@ -164,20 +179,36 @@ def _generate(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     if args.max_new_tokens < 0:
         return _fail(f"--max-new-tokens={args.max_new_tokens} must be >= 0")
+    if not 0 <= args.seed < 2**63:
+        return _fail(f"--seed={args.seed}: must be an integer in 0..2^63-1")
+    if args.max_context is not None and args.max_context < 1:
+        return _fail(f"--max-context={args.max_context}: must be >= 1")
+    try:
+        memory_budget = parse_size(args.memory_budget, "--memory-budget")
+    except ValueError as exc:
+        return _fail(str(exc))
 
     try:
         model, tokenizer = load_model(
-            args.model, dtype=_resolve_dtype(args.dtype), device=args.device
+            args.model,
+            dtype=_resolve_dtype(args.dtype),
+            device=args.device,
+            memory_budget=memory_budget,
+            max_context=args.max_context,
         )
-    except (FileNotFoundError, ValueError) as exc:
+    except (FileNotFoundError, IsADirectoryError, ValueError) as exc:
         return _fail(str(exc))
     if tokenizer is None:
         return _fail(f"no tokenizer could be built for {args.model}: see docs/design.md")
 
-    if args.raw:
-        prompt_ids = tokenizer.encode(args.prompt)
-    else:
-        prompt_ids = tokenizer.apply_chat_template([{"role": "user", "content": args.prompt}])
+    try:
+        if args.raw:
+            prompt_ids = tokenizer.encode(args.prompt)
+        else:
+            messages = [{"role": "user", "content": args.prompt}]
+            prompt_ids = tokenizer.apply_chat_template(messages)
+    except ValueError as exc:
+        return _fail(f"the prompt cannot be tokenized: {exc}")
     # With --show-tree the trace owns the terminal; the text is printed once at the end.
     streamer = _TextStreamer(
         tokenizer.decode, enabled=not (args.json or args.show_tree), hidden=tokenizer.stop_ids
@@ -201,7 +232,9 @@ def _generate(args: argparse.Namespace) -> int:
             if args.show_tree:
                 from casspec_ref.tools.trace import TreePrinter
 
-                on_step = TreePrinter(tokenizer.decode, stream=sys.stdout)
+                # With --json, stdout carries exactly one JSON object: the tree goes to stderr.
+                stream = sys.stderr if args.json else sys.stdout
+                on_step = TreePrinter(tokenizer.decode, stream=stream)
             result = generate_speculative(
                 model, prompt_ids, args.max_new_tokens, method=method, on_step=on_step, **common
             )
@@ -247,8 +280,55 @@ def _oracle(args: argparse.Namespace) -> int:
     return run_check_command(args.target, as_json=args.json, exact=args.exact)
 
 
+def parse_size(text: str | None, flag: str) -> int | None:
+    """``"8G"``, ``"512M"``, ``"1000000"`` -> bytes (binary units); ``None`` stays ``None``."""
+    if text is None:
+        return None
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    body, unit = (text[:-1], units[text[-1].upper()]) if text[-1:].upper() in units else (text, 1)
+    try:
+        value = float(body)
+    except ValueError:
+        value = -1.0
+    if not (value > 0 and value * unit < 2**63):
+        raise ValueError(f"{flag} {text!r}: expected a positive size such as 8G, 512M or 1000000")
+    return int(value * unit)
+
+
+#: Exit statuses: 0 success, 2 bad input (argparse's convention), 130 interrupted (128 + SIGINT),
+#: 141 stdout closed by its reader (128 + SIGPIPE, what a shell reports for ``yes | head``).
+EXIT_OK, EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 0, 2, 130, 141
+
+
+def _discard_stdout() -> None:
+    """Point file descriptor 1 at /dev/null, so the interpreter's final flush cannot fail."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, AttributeError, ValueError):
+        pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m casspec_ref``; returns the process exit status."""
+    """Entry point of ``python -m casspec_ref``; returns the process exit status.
+
+    Exit statuses: 0 success; 2 bad input (a message on stderr names the value and what is
+    allowed); 130 after Ctrl-C; 141, silently, when the reader of stdout went away (``| head``).
+    A closed stdout (``>&-``) is replaced by /dev/null rather than crashing.
+    """
+    if sys.stdout is None:  # started with stdout closed: nothing to print to
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+    try:
+        return _dispatch(argv)
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        _discard_stdout()
+        return EXIT_BROKEN_PIPE
+
+
+def _dispatch(argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["bench"]:
         # The harness owns its options (argparse's REMAINDER would not pass "--x" through).
