@@ -1,4 +1,4 @@
-"""Tests of casspec_ref.proof.oracle: exact enumeration, third-party check, CLI and vectors."""
+"""Tests of casspec_ref.proof.replicas: exact enumeration, third-party check, CLI and vectors."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
-from casspec_ref.proof.oracle import (
+from casspec_ref.proof import (
     VECTORS_PATH,
     ChainInputs,
     NonDeterministicFunctionError,
@@ -219,17 +219,19 @@ def _with_mode(fn, inputs: ChainInputs, rng: RandomSource) -> list[int]:
 
 def test_run_check_command_exit_codes_and_json():
     out = io.StringIO()
-    assert run_check_command("casspec_ref.proof.oracle:reference_chain_verifier", stream=out) == 0
+    assert run_check_command("casspec_ref.proof.replicas:reference_chain_verifier", stream=out) == 0
     assert "LOSSLESS" in out.getvalue()
     out = io.StringIO()
-    code = run_check_command("casspec_ref.proof.oracle:raw_bonus_replica", as_json=True, stream=out)
+    code = run_check_command(
+        "casspec_ref.proof.replicas:raw_bonus_replica", as_json=True, stream=out
+    )
     assert code == 1
     data = json.loads(out.getvalue())
     assert data["lossless"] is False and data["minimal_counterexample"]["case"]
     for bad in [
         "no_colon",
         "casspec_ref.nope:fn",
-        "casspec_ref.proof.oracle:nope",
+        "casspec_ref.proof.replicas:nope",
         "casspec_ref:__doc__",
     ]:
         assert run_check_command(bad, stream=io.StringIO()) == 2
@@ -237,10 +239,10 @@ def test_run_check_command_exit_codes_and_json():
 
 def test_cli_end_to_end():
     cmd = [sys.executable, "-m", "casspec_ref", "oracle", "check"]
-    ok = subprocess.run([*cmd, "casspec_ref.proof.oracle:reference_chain_verifier"], cwd=REPO)
+    ok = subprocess.run([*cmd, "casspec_ref.proof.replicas:reference_chain_verifier"], cwd=REPO)
     assert ok.returncode == 0
     bad = subprocess.run(
-        [*cmd, "casspec_ref.proof.oracle:raw_bonus_replica", "--json"],
+        [*cmd, "casspec_ref.proof.replicas:raw_bonus_replica", "--json"],
         cwd=REPO,
         capture_output=True,
         text=True,
