@@ -458,7 +458,7 @@ def _torch_fingerprint(generator: torch.Generator | None) -> Callable[[], Any]:
     gen = generator if generator is not None else torch.default_generator
 
     def fingerprint() -> Any:
-        return ("torch", id(gen), hash(gen.get_state().numpy().tobytes()))
+        return ("torch", hash(gen.get_state().numpy().tobytes()))
 
     return fingerprint
 
@@ -649,7 +649,7 @@ _PY_RANDOM = _random_module._random.Random  # type: ignore[attr-defined]
 
 def _random_take(book: Draws, gen: Any, n: int, label: str) -> list[_Variable]:
     def fp() -> Any:
-        return ("random", id(gen), hash(gen.getstate()))
+        return ("random", hash(gen.getstate()))
 
     def run() -> None:
         for _ in range(n):
@@ -731,7 +731,7 @@ class RoutedGenerator:
         real = self._real
 
         def fp() -> Any:
-            return ("numpy", id(real), repr(real.bit_generator.state))
+            return ("numpy", repr(real.bit_generator.state))
 
         def run() -> None:
             real.random(n)

@@ -442,7 +442,7 @@ def _run_cases(
 
             try:
                 with _deadline(timeout):
-                    got = exact_law(run, exact=exact, recheck=4, on_run=on_run, max_paths=max_paths)
+                    got = exact_law(run, exact=exact, recheck=8, on_run=on_run, max_paths=max_paths)
             except ContractViolation as violation:
                 item = {"case": case.name, "output": violation.output, "reason": violation.reason}
                 report.violations.append(item)
