@@ -352,3 +352,11 @@ def test_loop_with_the_oracle_rng_and_a_short_output():
     assert check_loop(ar_only).verdict == "LOSSLESS"
     short = check_loop(lambda t, d, prompt, n, temp: [0])
     assert short.verdict == "NOT LOSSLESS" and "max_new_tokens" in short.violations[0]["reason"]
+
+
+def test_loop_mode_from_the_command_helper():
+    out = io.StringIO()
+    assert run_check_command("oracle_gallery.loops:reseeding_loop", mode="loop", stream=out) == 1
+    assert "first_difference" in out.getvalue() or "NOT LOSSLESS" in out.getvalue()
+    code = run_check_command("oracle_gallery.loops:reseeding_loop", mode="loop", exact=True)
+    assert code == 2

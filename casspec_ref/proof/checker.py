@@ -454,6 +454,11 @@ def _run_cases(
                 return _finish(report, "NOT CHECKABLE", str(err), case.name, sandbox, started)
             except CheckedCodeFailed as err:
                 text = f"the checked code raised {err}"
+                if exact:
+                    text += (
+                        " (exact mode hands it Fractions in object arrays; float code, torch code "
+                        "included, is checked without exact)"
+                    )
                 return _finish(
                     report, "CHECKED CODE FAILED", text, case.name, sandbox, started, err.trace
                 )
@@ -529,6 +534,7 @@ def _case_json(case: Case) -> dict[str, Any]:
         out["target_law_at_root"] = [float(v) for v in case.target.law(case.context)]
         out["draft_law_at_root"] = [float(v) for v in case.draft.law(case.context)]
     if isinstance(case, LoopCase):
+        out["tokens_compared"] = out.pop("draft_length")
         out.update(temperature=case.temperature, prompt=list(case.prompt))
     return out
 
@@ -908,7 +914,8 @@ def _load(target: str) -> Callable[..., Any]:
     if "" not in sys.path and "." not in sys.path:
         sys.path.insert(0, "")
     try:
-        module = importlib.import_module(module_name)
+        with contextlib.redirect_stdout(io.StringIO()):  # prints at import cannot break --json
+            module = importlib.import_module(module_name)
     except ImportError as err:
         raise ValueError(f"cannot import module {module_name!r}: {err}") from None
     except BaseException as err:  # the module itself failed while importing
