@@ -360,3 +360,25 @@ def test_loop_mode_from_the_command_helper():
     assert "first_difference" in out.getvalue() or "NOT LOSSLESS" in out.getvalue()
     code = run_check_command("oracle_gallery.loops:reseeding_loop", mode="loop", exact=True)
     assert code == 2
+
+
+def test_unused_races_add_no_branches_and_views_are_refused():
+    runs = []
+
+    def fn(rng: RandomSource) -> int:
+        with route_all(rng):
+            probs = torch.tensor([[0.5, 0.5, 0.0], [0.1, 0.2, 0.7], [0.3, 0.3, 0.4]])
+            tokens = probs.div(torch.empty(3).exponential_().unsqueeze(0)).argmax(dim=-1)
+            return int(tokens[1])  # only the second row's race is used
+
+    law = exact_law(fn, on_run=runs.append)
+    assert law == pytest.approx({0: 0.1, 1: 0.2, 2: 0.7}) and len(runs) == 3
+
+    def into_a_view(rng: RandomSource) -> int:
+        with route_all(rng):
+            q = torch.empty(2, 3)
+            q[0].exponential_()
+            return int(torch.tensor([0.5, 0.5, 0.0]).div(q[0]).argmax())
+
+    with pytest.raises(UnfollowableDrawError, match="view"):
+        exact_law(into_a_view)

@@ -29,6 +29,7 @@ of those libraries to a `RandomSource` while they are active. Unsupported torch 
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import random as _random_module
 from collections.abc import Callable, Iterator
@@ -374,14 +375,14 @@ class _Race(torch.Tensor):
                 weights, variables, dim = weights.reshape(-1), variables.reshape(-1), 0
             w = np.moveaxis(weights, dim, -1)
             v = np.moveaxis(variables, dim, -1)
-            rows = [
-                race._book.race(list(vr), wr)
-                for wr, vr in zip(
-                    w.reshape(-1, w.shape[-1]), v.reshape(-1, v.shape[-1]), strict=True
-                )
-            ]
-            out = torch.tensor(rows, dtype=torch.long).reshape(w.shape[:-1])
-            return out.unsqueeze(dim) if keepdim else out
+            rows = w.reshape(-1, w.shape[-1])
+            thunks = np.empty(rows.shape[0], dtype=object)
+            for i, (wr, vr) in enumerate(zip(rows, v.reshape(-1, v.shape[-1]), strict=True)):
+                thunks[i] = _Thunk(functools.partial(race._book.race, list(vr), wr))
+            shape = w.shape[:-1]
+            if keepdim:
+                shape = (*shape[:dim], 1, *shape[dim:])
+            return _Pending.make(thunks.reshape(shape))
         raise UnfollowableDrawError(
             f"torch {_name(func)} on weights divided by exponential draws; only argmax (the "
             "exponential race) is followed"
@@ -389,6 +390,77 @@ class _Race(torch.Tensor):
 
     def __repr__(self, *args: Any, **kwargs: Any) -> str:  # type: ignore[override]
         return f"ExponentialRace(shape={tuple(self._vars.shape)})"
+
+
+class _Thunk:
+    """One pending decision: made on first use, then remembered."""
+
+    __slots__ = ("decide", "value")
+
+    def __init__(self, decide: Callable[[], int]) -> None:
+        self.decide: Callable[[], int] | None = decide
+        self.value = 0
+
+    def force(self) -> int:
+        if self.decide is not None:
+            self.value, self.decide = self.decide(), None
+        return self.value
+
+
+class _Pending(torch.Tensor):
+    """Token ids of exponential races not decided yet. Vectorized code races every position
+    (a recovered token for each draft, a bonus token) but uses one or two of them; a race is
+    decided only when its token is used (anything but indexing and reshaping), so unused races
+    add no branches to the enumeration."""
+
+    _thunks: np.ndarray
+
+    @staticmethod
+    def make(thunks: np.ndarray) -> _Pending:
+        out = torch.Tensor._make_subclass(_Pending, torch.zeros(thunks.shape, dtype=torch.long))
+        out._thunks = thunks
+        return out
+
+    def forced(self) -> torch.Tensor:
+        values = [t.force() for t in self._thunks.reshape(-1)]
+        return torch.tensor(values, dtype=torch.long).reshape(self._thunks.shape)
+
+    def __repr__(self, *args: Any, **kwargs: Any) -> str:  # type: ignore[override]
+        return f"PendingRaceTokens(shape={tuple(self._thunks.shape)})"
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        kwargs = kwargs or {}
+        if func in _META_GETTERS or _name(func) in _META_OPS:
+            with torch._C.DisableTorchFunctionSubclass():
+                return func(*args, **kwargs)
+        full = _name(func)
+        if full in _SHAPE_OPS or full.strip("_") in _SHAPE_OPS:
+            pending = [a for a in args if isinstance(a, _Pending)]
+            if len(pending) == 1 and args[0] is pending[0]:
+                flat = pending[0]._thunks.reshape(-1)
+                ids = torch.arange(flat.size).reshape(pending[0]._thunks.shape)
+                with torch._C.DisableTorchFunctionSubclass():
+                    result = func(ids, *args[1:], **kwargs)
+
+                def wrap(r: Any) -> Any:
+                    if isinstance(r, torch.Tensor):
+                        return _Pending.make(flat[r.numpy().reshape(-1)].reshape(tuple(r.shape)))
+                    if isinstance(r, tuple | list):
+                        return type(r)(wrap(x) for x in r)
+                    return r
+
+                return wrap(result)
+
+        def force(value: Any) -> Any:
+            if isinstance(value, _Pending):
+                return value.forced()
+            if isinstance(value, tuple | list):
+                return type(value)(force(v) for v in value)
+            return value
+
+        with torch._C.DisableTorchFunctionSubclass():
+            return func(*force(args), **{k: force(v) for k, v in kwargs.items()})
 
 
 def _cast(lazy: LazyDraws, args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.dtype:
@@ -510,8 +582,17 @@ def _lazy_tensor(
 _ORIGINAL_UNIFORM = torch.Tensor.uniform_
 
 
+def _in_place_allowed(target: torch.Tensor) -> None:
+    if target._base is not None:
+        raise UnfollowableDrawError(
+            "an in-place draw into a view of another tensor (q[i].exponential_()); draw into a "
+            "whole tensor (q_i = torch.empty(V).exponential_()) so that the draws are followed"
+        )
+
+
 def _in_place(target: torch.Tensor, lazy: LazyDraws) -> LazyDraws:
-    """Turn ``target`` itself into the lazy tensor (``exponential_``/``uniform_`` are in place)."""
+    """Turn ``target`` itself into the lazy tensor (``exponential_``/``uniform_`` are in place).
+    A view (``q[i].exponential_()``) is refused: its base tensor would hold no draws."""
     with torch.no_grad(), torch._C.DisableTorchFunctionSubclass():
         target.fill_(float("nan"))
     target.__class__ = LazyDraws
@@ -529,6 +610,7 @@ def _torch_patches(book: Draws) -> dict[tuple[Any, str], Any]:
         return _lazy_tensor(book, shape, dtype or x.dtype, None, "uniform", "torch.rand_like")
 
     def uniform_(self: torch.Tensor, a: float = 0, b: float = 1, *, generator: Any = None) -> Any:
+        _in_place_allowed(self)
         if (a, b) != (0, 1):
             raise UnfollowableDrawError(f"Tensor.uniform_({a}, {b}): only [0, 1) is followed")
         shape = tuple(self.shape)
@@ -536,6 +618,7 @@ def _torch_patches(book: Draws) -> dict[tuple[Any, str], Any]:
         return _in_place(self, lazy)
 
     def exponential_(self: torch.Tensor, lambd: float = 1.0, *, generator: Any = None) -> Any:
+        _in_place_allowed(self)
         shape = tuple(self.shape)
         lazy = _lazy_tensor(
             book, shape, self.dtype, generator, "exponential", "Tensor.exponential_"
