@@ -305,6 +305,8 @@ def test_first_difference_names_the_position():
 
 def test_tree_reference_and_a_tree_bug():
     assert check_tree_verifier(reference_tree_verifier).verdict == "LOSSLESS"
+    exact = check_tree_verifier(reference_tree_verifier, exact=True, vocab=[2])
+    assert exact.verdict == "LOSSLESS" and exact.worst_tv == 0 and exact.n_cases == 5
 
     def stale_p(tree, rng):  # after a rejected sibling, the next one is tested against p
         node, out = 0, []
