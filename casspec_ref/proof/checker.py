@@ -425,7 +425,7 @@ def _run_cases(
     routes: contextlib.AbstractContextManager[Draws | None] = (
         route_all(None) if adapters else contextlib.nullcontext()  # type: ignore[arg-type]
     )
-    with routes as book:
+    with routes as book, _one_torch_thread():
         for case in cases:
             step, want = build(case, sandbox)
 
@@ -481,6 +481,18 @@ def _run_cases(
                     report.counterexample = _describe(case, got, want, tv, tol)
     verdict = "NOT LOSSLESS" if report.failing_cases else "LOSSLESS"
     return _finish(report, verdict, None, None, sandbox, started)
+
+
+@contextlib.contextmanager
+def _one_torch_thread() -> Iterator[None]:
+    """Run the checked code with one intra-op torch thread: the cases' tensors hold a few numbers,
+    so more threads only add synchronisation, which on a busy machine costs more than the work."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _finish(
@@ -658,7 +670,8 @@ def check_verifier(
     ``adapters`` routes torch/numpy/`random` draws to the enumeration (`route_all`).
     """
     if cases is None:
-        cases = default_cases(exact=exact)
+        with _one_torch_thread():
+            cases = default_cases(exact=exact)
     _check_families(families, CHAIN_FAMILIES, "chain")
     selected = select_cases(cases, families=families, vocab=vocab, k=k)
     with_rng = _takes_rng(fn, 1)
@@ -745,7 +758,8 @@ def check_tree_verifier(
     A verifier that supports only some child rules is checked on those families.
     """
     if cases is None:
-        cases = tree_cases(exact=exact)
+        with _one_torch_thread():
+            cases = tree_cases(exact=exact)
     _check_families(families, TREE_FAMILIES, "tree")
     selected = select_cases(cases, families=families, vocab=vocab, k=k)
     with_rng = _takes_rng(fn, 1)
@@ -825,7 +839,8 @@ def check_loop(
     bugs (a q that is not the law the drafts were drawn from) and cross-step bugs (a generator
     re-seeded every step) change this law. Float64 only."""
     if cases is None:
-        cases = loop_cases()
+        with _one_torch_thread():
+            cases = loop_cases()
     _check_families(families, LOOP_FAMILIES, "loop")
     selected = select_cases(cases, families=families, vocab=vocab)
     try:
