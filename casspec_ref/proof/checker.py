@@ -274,12 +274,16 @@ class CheckReport:
         }
 
     def format(self) -> str:
-        lines = [
-            f"{self.verdict}: {self.n_cases} {self.mode} cases, worst total variation "
-            f"{self.worst_tv:.3e} (case {self.worst_case or '-'}), tolerance {self.tolerance:.1e}"
-            f"{', exact' if self.exact else ''}",
-            f"families: {', '.join(self.families)}",
-        ]
+        exact = ", exact" if self.exact else ""
+        if self.verdict in ("LOSSLESS", "NOT LOSSLESS"):
+            head = (
+                f"{self.verdict}: {self.n_cases} {self.mode} cases, worst total variation "
+                f"{self.worst_tv:.3e} (case {self.worst_case or '-'}), tolerance "
+                f"{self.tolerance:.1e}{exact}"
+            )
+        else:
+            head = f"{self.verdict} (no verdict on losslessness; {self.mode} check{exact})"
+        lines = [head, f"families: {', '.join(self.families)}"]
         if self.error:
             lines.append(f"{self.error_case}: {self.error}" if self.error_case else self.error)
         if self.traceback:
@@ -467,7 +471,7 @@ def _run_cases(
                 return _finish(report, "CHECKED CODE FAILED", text, case.name, sandbox, started)
             if exact and floats:
                 text = (
-                    f"exact mode: floats reached the random source (draw {floats[0]}); exact "
+                    f"exact mode: floats reached the random source (at draw {floats[0]}); exact "
                     "arithmetic would judge their rounding, not the algorithm. Check float code "
                     "without exact (float64), or with tolerance 'float32'"
                 )

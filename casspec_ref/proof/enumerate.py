@@ -77,7 +77,7 @@ class EnumeratingSource:
                 return Fraction(value)
             self.float_inputs += 1
             if not self.first_float_draw:
-                self.first_float_draw = draw or f"draw #{len(self.taken) + 1}"
+                self.first_float_draw = draw or f"#{len(self.taken) + 1}"
             return Fraction(float(value))
         return float(value)
 
@@ -162,9 +162,11 @@ def exact_law(
         source = EnumeratingSource(forced, exact)
         key = _freeze(fn(source))
         if len(source.taken) < len(forced):
+            missing = forced[len(source.taken)][0]
             raise HiddenRandomnessError(
                 f"a replay stopped after {len(source.taken)} of the {len(forced)} draws an "
-                "earlier run made after the same decisions"
+                f"earlier run made after the same decisions (draw #{len(source.taken) + 1}, "
+                f"{missing}, was not made)"
             )
         if paths <= recheck:
             again = EnumeratingSource(source.forced + tuple(source.taken[len(forced) :]), exact)
