@@ -19,7 +19,7 @@ Notable choices:
 - Renormalization is a plain division by the kept mass: no epsilon is added anywhere (an epsilon
   would bias the law, docs/method.md §5 invariants).
 - Randomness is injected: every algorithm draws through a `RandomSource`, so the exact-law oracle
-  (casspec_ref.proof.oracle) can substitute an enumerating source and prove losslessness exactly.
+  (casspec_ref.proof.enumerate) can substitute an enumerating source and prove losslessness exactly.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ p is one-hot and every rule above follows the child equal to argmax p, with no r
 
 Notable choices:
 - Laws are 1-D numpy arrays, float64 or object arrays of `fractions.Fraction`: the same code runs
-  in both, so casspec_ref.proof.oracle can prove the rules exact. Only numpy vector operations
+  in both, so casspec_ref.proof can prove the rules exact. Only numpy vector operations
   touch the vocabulary axis (real vocabularies are 49152 wide). The caller's arrays are never
   modified.
 - A child whose draft law gives its token probability 0 is rejected (it cannot have been drawn

@@ -27,7 +27,7 @@ from test_verify_properties import (
     Scenario,
 )
 
-from casspec_ref.proof.oracle import (
+from casspec_ref.proof import (
     ChildSpec,
     DraftSpec,
     ToyLM,

@@ -21,7 +21,7 @@ from casspec_ref.dytc import PLD, DyTCConfig, DyTCPolicy
 from casspec_ref.generate import generate_ar
 from casspec_ref.model import Transformer, random_init_
 from casspec_ref.plan import ExecutionPlan
-from casspec_ref.proof.oracle import exact_law, total_variation
+from casspec_ref.proof import exact_law, total_variation
 from casspec_ref.sampling import RandomSource, TorchRandomSource
 from casspec_ref.speculative import generate_speculative
 

@@ -1,7 +1,7 @@
 """Unit tests of casspec_ref.tree and casspec_ref.verify: the edge cases of docs/method.md §5.
 
 Every law check here is exact: the verifier runs on `Fraction` laws under the enumerating source
-of casspec_ref.proof.oracle, and the expected law is computed by hand in the test.
+of casspec_ref.proof.enumerate, and the expected law is computed by hand in the test.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from casspec_ref.proof.oracle import exact_law
+from casspec_ref.proof import exact_law
 from casspec_ref.sampling import RandomSource, TorchRandomSource
 from casspec_ref.tree import ChildRule, DraftTree, chain_tree
 from casspec_ref.verify import verify_tree

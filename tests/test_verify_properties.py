@@ -3,7 +3,7 @@
 Each property runs one speculative step (drafting from toy draft models, then `verify_tree`)
 under the exact-law oracle, finishes with plain AR sampling up to depth + 1 tokens, and compares
 the exact law of the emitted tokens with the law of plain AR sampling from the target, computed
-by direct recursion (casspec_ref.proof.oracle.ar_law, a different code path). With `Fraction`
+by direct recursion (casspec_ref.proof.harness.ar_law, a different code path). With `Fraction`
 laws the two must be *equal*; in float64 within 1e-12 total variation.
 
 Scenarios: vocabularies of 2 to 8 tokens; context-dependent target and draft models given by a
@@ -23,7 +23,7 @@ import numpy as np
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from casspec_ref.proof.oracle import (
+from casspec_ref.proof import (
     ChildSpec,
     DraftSpec,
     ToyLM,

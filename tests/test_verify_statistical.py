@@ -22,7 +22,7 @@ import pytest
 import torch
 from test_mutants import raw_bonus_verifier
 
-from casspec_ref.proof.oracle import (
+from casspec_ref.proof import (
     ChildSpec,
     DraftSpec,
     ToyLM,

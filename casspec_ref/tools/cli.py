@@ -94,15 +94,13 @@ def _build_parser() -> argparse.ArgumentParser:
     oracle_sub = oracle.add_subparsers(dest="oracle_command", required=True)
     check = oracle_sub.add_parser(
         "check",
-        help="say whether MODULE:FUNCTION is lossless",
+        help="say whether MODULE:FUNCTION (a chain or --tree verifier, or a --loop) is lossless",
         description="Enumerate every outcome of a third-party verify function on a catalogue of "
         "small cases and compare its exact output law with the target law (docs/oracle.md).",
     )
-    check.add_argument("target", help="MODULE:FUNCTION, importable from the current directory")
-    check.add_argument("--json", action="store_true", help="print the report as JSON")
-    check.add_argument(
-        "--exact", action="store_true", help="exact arithmetic with fractions (slower)"
-    )
+    from casspec_ref.proof.checker import add_oracle_arguments
+
+    add_oracle_arguments(check)
 
     sub.add_parser(
         "bench",
@@ -275,9 +273,9 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _oracle(args: argparse.Namespace) -> int:
-    from casspec_ref.proof.oracle import run_check_command
+    from casspec_ref.proof.checker import run_oracle_args
 
-    return run_check_command(args.target, as_json=args.json, exact=args.exact)
+    return run_oracle_args(args)
 
 
 def parse_size(text: str | None, flag: str) -> int | None:

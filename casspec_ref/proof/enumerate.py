@@ -1,0 +1,200 @@
+"""Exact enumeration: the law of a function's output over every outcome of its random draws.
+
+A function that draws all of its randomness through a `RandomSource` (``bernoulli(prob)``,
+``categorical(law)``) is run again and again under an `EnumeratingSource`. Each run replays a
+forced prefix of decisions, takes the first option of every new decision and records the options
+it did not take; those become the forced prefixes of later runs (a depth-first search of the
+decision tree, pruning options of probability 0). The probability of a run is the product of its
+decisions' probabilities, in float64 or exactly with `fractions.Fraction`.
+
+The enumeration is only meaningful when the function is a function of its draws. Three checks
+make randomness the source does not see a hard error (`HiddenRandomnessError`) instead of a wrong
+law: every replay must draw the same kind of decision as the forced prefix says and consume the
+whole prefix; the first runs are repeated and must give the same output; and the probabilities
+of all outcomes must sum to 1.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Hashable
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import torch
+
+from casspec_ref.sampling import RandomSource
+
+Prob = float | Fraction
+Law = dict[Hashable, Prob]
+
+#: In float64, the probabilities of all outcomes must sum to 1 within this.
+MASS_TOLERANCE = 1e-9
+
+
+class NotCheckableError(RuntimeError):
+    """The function cannot be judged: its law is not what the enumeration computes."""
+
+
+class NonDeterministicFunctionError(NotCheckableError):
+    """The enumerated function made different draws after the same decisions."""
+
+
+class HiddenRandomnessError(NonDeterministicFunctionError):
+    """The function uses randomness the enumerating source does not see."""
+
+    PREFIX = "not checkable: randomness the oracle does not see"
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(f"{self.PREFIX}: {detail}")
+
+
+class EnumeratingSource:
+    """A `RandomSource` that replays a forced prefix of choices, then takes the first option.
+
+    It records, for every decision past the forced prefix, the options it did not take, so that
+    `exact_law` can replay each of them. ``weight`` is the probability of the path taken.
+    ``draws`` names each decision (for error messages); ``float_inputs`` counts the decisions
+    whose probabilities arrived as floats (which matters in exact mode).
+    """
+
+    def __init__(self, forced: tuple[tuple[str, int], ...], exact: bool) -> None:
+        self.forced = forced
+        self.exact = exact
+        # A decision is (kind, option): kind names the draw ("bernoulli", or "categorical/V"),
+        # so that a replay that draws a different kind of decision is detected.
+        self.taken: list[tuple[str, int]] = []
+        self.untaken: list[list[tuple[str, int]]] = []
+        self.draws: list[str] = []
+        self.weight: Prob = Fraction(1) if exact else 1.0
+        self.float_inputs = 0
+        self.first_float_draw = ""
+
+    def _number(self, value: Any, draw: str) -> Prob:
+        if self.exact:
+            if isinstance(value, Fraction | int) and not isinstance(value, bool):
+                return Fraction(value)
+            self.float_inputs += 1
+            if not self.first_float_draw:
+                self.first_float_draw = draw or f"#{len(self.taken) + 1}"
+            return Fraction(float(value))
+        return float(value)
+
+    def _decide(self, kind: str, options: list[tuple[int, Prob]], draw: str) -> int:
+        depth = len(self.taken)
+        name = draw or kind
+        if depth < len(self.forced):
+            forced_kind, choice = self.forced[depth]
+            matches = [prob for option, prob in options if option == choice]
+            if forced_kind != kind or not matches:
+                raise HiddenRandomnessError(
+                    f"draw #{depth + 1} ({name}) differs from an earlier run after the same "
+                    f"decisions (expected {forced_kind} option {choice})"
+                )
+            prob = matches[0]
+            self.untaken.append([])
+        else:
+            choice, prob = options[0]
+            self.untaken.append([(kind, option) for option, _ in options[1:]])
+        self.taken.append((kind, choice))
+        self.draws.append(name)
+        self.weight = self.weight * prob
+        return choice
+
+    def bernoulli(self, prob: float | Fraction, draw: str = "") -> bool:
+        p = self._number(prob, draw)
+        if p < 0 or p > 1 or (isinstance(p, float) and math.isnan(p)):
+            raise ValueError(f"bernoulli probability must be in [0, 1], got {prob}")
+        options = [(option, w) for option, w in ((1, p), (0, 1 - p)) if w > 0]
+        return self._decide("bernoulli", options, draw) == 1
+
+    def categorical(self, probs: np.ndarray, draw: str = "") -> int:
+        law = np.asarray(probs)
+        if law.ndim != 1 or law.shape[0] == 0:
+            raise ValueError(f"categorical needs a non-empty 1-D law, got shape {law.shape}")
+        weights = [self._number(v, draw) for v in law]
+        if any(w < 0 or (isinstance(w, float) and math.isnan(w)) for w in weights):
+            raise ValueError(f"categorical law has negative or NaN entries: {list(law)}")
+        total = sum(weights, Fraction(0) if self.exact else 0.0)
+        if not total > 0:
+            raise ValueError("categorical law has no mass")
+        # Normalize as a sampler does (inverse CDF scaled by the total mass).
+        options = [(i, w / total) for i, w in enumerate(weights) if w > 0]
+        return self._decide(f"categorical/{law.shape[0]}", options, draw)
+
+
+def _freeze(value: Any) -> Hashable:
+    if isinstance(value, np.ndarray | torch.Tensor):
+        value = value.tolist()
+    if isinstance(value, list | tuple):
+        return tuple(_freeze(v) for v in value)
+    if isinstance(value, np.integer):
+        return int(value)
+    return value
+
+
+def exact_law(
+    fn: Callable[[RandomSource], Any],
+    *,
+    exact: bool = False,
+    max_paths: int = 1_000_000,
+    recheck: int = 0,
+    on_run: Callable[[EnumeratingSource], None] | None = None,
+) -> Law:
+    """The exact law of ``fn(rng)``'s output over every outcome of its random draws.
+
+    ``fn`` must take all of its randomness from ``rng`` and be deterministic given the draws.
+    Outputs are made hashable (lists and arrays become tuples). With ``exact=True`` the
+    probabilities are `Fraction` (float inputs are converted exactly, as binary fractions).
+    The first ``recheck`` runs are repeated to detect hidden randomness; ``on_run`` sees every
+    finished run's source. Raises `ValueError` when more than ``max_paths`` outcomes would be
+    enumerated, and `HiddenRandomnessError` when ``fn`` is not a function of its draws.
+    """
+    law: Law = {}
+    stack: list[tuple[tuple[str, int], ...]] = [()]
+    paths = 0
+    while stack:
+        forced = stack.pop()
+        paths += 1
+        if paths > max_paths:
+            raise ValueError(f"more than max_paths={max_paths} outcomes; use smaller cases")
+        source = EnumeratingSource(forced, exact)
+        key = _freeze(fn(source))
+        if len(source.taken) < len(forced):
+            missing = forced[len(source.taken)][0]
+            raise HiddenRandomnessError(
+                f"a replay stopped after {len(source.taken)} of the {len(forced)} draws an "
+                f"earlier run made after the same decisions (draw #{len(source.taken) + 1}, "
+                f"{missing}, was not made)"
+            )
+        if paths <= recheck:
+            again = EnumeratingSource(source.forced + tuple(source.taken[len(forced) :]), exact)
+            again_key = _freeze(fn(again))
+            if again_key != key or again.taken != source.taken or again.weight != source.weight:
+                raise HiddenRandomnessError(
+                    f"the same {len(source.taken)} draws gave {key!r} once and {again_key!r} "
+                    "the next time"
+                )
+        if on_run is not None:
+            on_run(source)
+        law[key] = law.get(key, 0) + source.weight
+        for depth in range(len(forced), len(source.taken)):
+            for option in source.untaken[depth]:
+                stack.append((*source.taken[:depth], option))
+    total = sum(law.values(), Fraction(0) if exact else 0.0)
+    if (total != 1) if exact else abs(float(total) - 1.0) > MASS_TOLERANCE:
+        raise HiddenRandomnessError(
+            f"the probabilities of all outcomes sum to {float(total):.6g}, not 1: the "
+            "probabilities of some draws changed between runs"
+        )
+    return law
+
+
+def total_variation(law_a: Law, law_b: Law) -> Prob:
+    """Total-variation distance: half the L1 distance over the union of outcomes."""
+    total: Any = 0
+    for key in set(law_a) | set(law_b):
+        total = total + abs(law_a.get(key, 0) - law_b.get(key, 0))
+    result: Prob = total / 2
+    return result
