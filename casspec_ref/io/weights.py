@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from casspec_ref import kernels
 from casspec_ref.config import ModelConfig
 from casspec_ref.io.presets import attach_preset_drafts
 from casspec_ref.io.safetensors_io import load_safetensors
@@ -559,6 +560,10 @@ def load_model(
     tokenizer: from the GGUF metadata (``None`` if the file has none), or for a directory from
     ``tokenizer.json`` when that is a byte-level BPE this module supports; otherwise (no file,
     another tokenizer type) ``None``, since the model itself is still usable on token ids.
+
+    On CPU it also makes sure the per-machine matmul table covers the model's weight shapes
+    (`casspec_ref.kernels.prepare`: read from the cache, measured once per machine otherwise;
+    ``CASSPEC_KERNELS=default`` skips it).
     """
     path = default_model_path() if path is None else Path(path)
     if path.is_dir():
@@ -579,6 +584,7 @@ def load_model(
             )
         model = build_model(config, state, dtype, device)
         attach_preset_drafts(model, path.name)
+        kernels.prepare(kernels.model_shapes(model), dtype, device)
         return model, tokenizer
     if not path.exists():
         raise FileNotFoundError(f"no model at {path} (expected a .gguf file or an HF directory)")
@@ -589,4 +595,5 @@ def load_model(
     tokenizer = Tokenizer.from_gguf_reader(reader, name=path.name) if has_vocab else None
     model = build_model(config, state, dtype, device)
     attach_preset_drafts(model, str(_gguf_value(reader, "general.name", path.name)))
+    kernels.prepare(kernels.model_shapes(model), dtype, device)  # the per-machine matmul table
     return model, tokenizer
