@@ -21,9 +21,10 @@ the same way wherever it occurs.
 The table is measured, not assumed (`calibrate`): for each weight shape and row count 1..16,
 the base forms are timed in interleaved repeats (so a burst of load on a shared machine hits
 every form alike), cycling through enough copies of the weight that each call reads it from
-memory as a real forward does; the median decides, and a non-default form must beat the default
-by a margin. A row count whose cheapest base cost is beaten by a larger row count is then timed
-padded to that count and keeps the padding only if it wins by the margin too.
+memory as a real forward does; medians decide (of the calls in a pass, then of the passes), and
+a non-default form must beat the default by a margin. A row count whose cheapest base cost is
+beaten by a larger row count's is then timed padded to that count, and keeps the padding only if
+it wins by the margin too.
 
 The result is cached as JSON under ``~/.cache/casspec_ref/`` (or ``$XDG_CACHE_HOME``), one file
 per (torch version, CPU model, thread count), so a machine calibrates once. The environment
@@ -250,17 +251,21 @@ def _time_forms(
     x: torch.Tensor,
     repeats: int,
 ) -> dict[str, float]:
-    """Median microseconds per call of each form, repeats interleaved, weights cycled."""
+    """Microseconds per call of each form: the median over ``repeats`` interleaved samples, each
+    sample the median call over one pass through the weight copies (so a call that another
+    process preempted counts as one outlier, not as a slow form)."""
     samples: dict[str, list[float]] = {str(f): [] for f in forms}
     for f in forms:  # warm-up: first calls allocate and pick code paths
         run_form(f, x, weights[0], None)
     for rep in range(repeats):
         order = forms[rep % len(forms) :] + forms[: rep % len(forms)]
         for f in order:
-            start = time.perf_counter()
+            calls = []
             for w in weights:
+                start = time.perf_counter()
                 run_form(f, x, w, None)
-            samples[str(f)].append((time.perf_counter() - start) / len(weights) * 1e6)
+                calls.append(time.perf_counter() - start)
+            samples[str(f)].append(statistics.median(calls) * 1e6)
     return {name: statistics.median(s) for name, s in samples.items()}
 
 
