@@ -21,10 +21,10 @@ the same way wherever it occurs.
 The table is measured, not assumed (`calibrate`): for each weight shape and row count 1..16,
 the base forms are timed in interleaved repeats (so a burst of load on a shared machine hits
 every form alike), cycling through enough copies of the weight that each call reads it from
-memory as a real forward does; medians decide (of the calls in a pass, then of the passes), and
-a non-default form must beat the default by a margin. A row count whose cheapest base cost is
-beaten by a larger row count's is then timed padded to that count, and keeps the padding only if
-it wins by the margin too.
+memory as a real forward does; a low quantile of the calls decides (interference only adds
+time), and a non-default form must beat the default by a margin. A row count whose cheapest
+base cost is beaten by a larger row count's is then timed padded to that count, and keeps the
+padding only if it wins by the margin too.
 
 The result is cached as JSON under ``~/.cache/casspec_ref/`` (or ``$XDG_CACHE_HOME``), one file
 per (torch version, CPU model, thread count), so a machine calibrates once. The environment
@@ -40,7 +40,6 @@ import hashlib
 import json
 import os
 import platform
-import statistics
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -116,7 +115,7 @@ def run_form(
 
 @dataclass
 class KernelTable:
-    """The chosen form per (out, in, dtype, rows), and the medians (microseconds) behind it."""
+    """The chosen form per (out, in, dtype, rows), and the costs (microseconds) behind it."""
 
     forms: dict[Key, Form] = field(default_factory=dict)
     timings_us: dict[Key, dict[str, float]] = field(default_factory=dict)
@@ -141,7 +140,7 @@ class KernelTable:
                 "dtype": str(d).removeprefix("torch."),
                 "rows": r,
                 "form": str(form),
-                "median_us": self.timings_us.get((o, i, d, r), {}),
+                "cost_us": self.timings_us.get((o, i, d, r), {}),
             }
             for (o, i, d, r), form in sorted(self.forms.items(), key=lambda kv: _sort_key(kv[0]))
         ]
@@ -155,7 +154,7 @@ class KernelTable:
                 raise ValueError(f"kernel table entry has an unknown dtype {e['dtype']!r}")
             key = (int(str(e["out"])), int(str(e["in"])), dtype, int(str(e["rows"])))
             table.forms[key] = Form.parse(str(e["form"]))
-            timings = e.get("median_us")
+            timings = e.get("cost_us")
             if isinstance(timings, Mapping) and timings:
                 table.timings_us[key] = {str(k): float(str(v)) for k, v in timings.items()}
         return table
@@ -215,15 +214,15 @@ def exact_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
 
 # ----------------------------------------------------------------------------- calibration
 def choose_forms(
-    medians: Mapping[int, Mapping[str, float]], dtype: torch.dtype, margin: float = DEFAULT_MARGIN
+    costs: Mapping[int, Mapping[str, float]], dtype: torch.dtype, margin: float = DEFAULT_MARGIN
 ) -> dict[int, Form]:
-    """Pick a base form per row count from measured medians (row count -> base form -> time).
+    """Pick a base form per row count from measured costs (row count -> base form -> time).
 
     The default form is kept unless another is faster by more than ``margin`` (relative).
     Returns the choice per row count; padding is decided separately (`padding_candidates`).
     """
     chosen = {}
-    for rows, times in medians.items():
+    for rows, times in costs.items():
         default = default_form(dtype, rows).base
         best = min(times, key=lambda f: times[f])
         keep_default = default in times and times[best] >= (1 - margin) * times[default]
@@ -251,22 +250,27 @@ def _time_forms(
     x: torch.Tensor,
     repeats: int,
 ) -> dict[str, float]:
-    """Microseconds per call of each form: the median over ``repeats`` interleaved samples, each
-    sample the median call over one pass through the weight copies (so a call that another
-    process preempted counts as one outlier, not as a slow form)."""
+    """Microseconds per call of each form: the lower quartile of all its timed calls, over
+    ``repeats`` interleaved passes through the weight copies. Interference from other processes
+    only ever adds time (a preempted call, a thread waiting for a descheduled partner), so a low
+    quantile estimates the form's own cost where a mean or even a median can be all noise on a
+    busy machine."""
     samples: dict[str, list[float]] = {str(f): [] for f in forms}
     for f in forms:  # warm-up: first calls allocate and pick code paths
         run_form(f, x, weights[0], None)
     for rep in range(repeats):
         order = forms[rep % len(forms) :] + forms[: rep % len(forms)]
         for f in order:
-            calls = []
             for w in weights:
                 start = time.perf_counter()
                 run_form(f, x, w, None)
-                calls.append(time.perf_counter() - start)
-            samples[str(f)].append(statistics.median(calls) * 1e6)
-    return {name: statistics.median(s) for name, s in samples.items()}
+                samples[str(f)].append((time.perf_counter() - start) * 1e6)
+    return {name: _lower_quartile(s) for name, s in samples.items()}
+
+
+def _lower_quartile(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[(len(ordered) - 1) // 4]
 
 
 def calibrate(
@@ -301,10 +305,10 @@ def calibrate(
             copies = min(max_copies, max(1, -(-stream_bytes // size)))
             weights = [one] + [one.clone() for _ in range(copies - 1)]
             xs = {r: torch.randn(r, in_f, generator=gen).to(dtype) for r in range(1, max_rows + 1)}
-            medians = {r: _time_forms(base_forms, weights, xs[r], repeats) for r in xs}
-            chosen = choose_forms(medians, dtype, margin)
-            cost = {r: medians[r][str(chosen[r])] for r in chosen}
-            timings = {r: dict(medians[r]) for r in medians}
+            measured = {r: _time_forms(base_forms, weights, xs[r], repeats) for r in xs}
+            chosen = choose_forms(measured, dtype, margin)
+            cost = {r: measured[r][str(chosen[r])] for r in chosen}
+            timings = {r: dict(measured[r]) for r in measured}
             for n, k in padding_candidates(cost, margin).items():
                 padded = Form(chosen[k].base, k)
                 check = _time_forms([chosen[n], padded], weights, xs[n], repeats)

@@ -1,6 +1,6 @@
 """The per-machine kernel table: exact forms, the choice rules, the cache, and its wiring.
 
-Nothing here times anything: tables are built by hand or from synthetic medians, and the
+Nothing here times anything: tables are built by hand or from synthetic costs, and the
 measuring function is replaced where `prepare` would call it.
 """
 
@@ -101,12 +101,12 @@ def test_bad_forms_and_settings_are_refused(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_choice_keeps_the_default_unless_another_form_wins_by_the_margin() -> None:
-    medians = {
+    costs = {
         1: {"linear": 100.0, "wxt": 95.0},  # 5 % faster: within the 10 % margin, default kept
         2: {"linear": 100.0, "wxt": 80.0},  # 20 % faster: switched
         3: {"linear": 90.0, "wxt": 120.0},
     }
-    chosen = kernels.choose_forms(medians, torch.float32, margin=0.1)
+    chosen = kernels.choose_forms(costs, torch.float32, margin=0.1)
     assert chosen == {1: Form("linear"), 2: Form("wxt"), 3: Form("linear")}
     bf16 = kernels.choose_forms({2: {"linear": 95.0, "wxt": 100.0}}, torch.bfloat16, 0.1)
     assert bf16 == {2: Form("wxt")}  # bfloat16's default is the transposed product
