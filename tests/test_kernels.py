@@ -273,3 +273,14 @@ def test_real_model_greedy_equals_ar_under_non_default_forms() -> None:
         want = generate_ar(model, prompt, 48).tokens
         method = ("cas-spec", "pld")[i % 2]
         assert generate_speculative(model, prompt, 48, method=method).tokens == want, question
+
+
+def test_row_counts_measured_during_a_stall_are_flagged_for_remeasurement() -> None:
+    costs = {
+        1: {"linear": 100.0, "wxt": 90.0},
+        2: {"linear": 150.0, "wxt": 5000.0},  # one form stalled: the other is plausible
+        3: {"linear": 40000.0, "wxt": 38000.0},  # both forms stalled
+        16: {"linear": 700.0, "wxt": 650.0},
+    }
+    assert kernels.implausible(costs) == [3]
+    assert kernels.implausible({2: {"linear": 1e6}}) == []  # no one-row reference
