@@ -23,8 +23,9 @@ Notable choices:
   drafts, verification) reads the same table.
 - Grouped-query attention without copying K/V: the G query heads that share one KV head are
   folded into the query-length axis, ``(B, H, T, D) -> (B, H_kv, G*T, D)``, and the mask is
-  tiled G times, so `F.scaled_dot_product_attention` reads the cache in place (a repeat/expand of
-  K/V would copy the whole history every layer of every decode step).
+  tiled G times (once per forward, as an additive bias), so `F.scaled_dot_product_attention`
+  reads the cache in place (a repeat/expand of K/V would copy the whole history every layer of
+  every decode step).
 - ``compute_dtype`` runs on weight copies cast once and cached by `weights_in` (an explicit extra
   copy per dtype, refreshed when a parameter changes); the cache's K/V rows are cast on read.
 - The forward trusts its inputs' values: it checks shapes and cache room (plain integer
@@ -79,7 +80,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """RMSNorm, statistics in at least float32 as Hugging Face's LlamaRMSNorm does."""
     stat_dtype = torch.promote_types(x.dtype, torch.float32)
     xs = x.to(stat_dtype)
-    xs = xs * torch.rsqrt(xs.pow(2).mean(-1, keepdim=True) + eps)
+    xs = xs * torch.rsqrt((xs * xs).mean(-1, keepdim=True) + eps)
     return weight * xs.to(x.dtype)
 
 
@@ -245,12 +246,13 @@ class Transformer(nn.Module):
             sin = sin_table[positions].unsqueeze(1)  # (B, 1, T, D_head)
         else:
             x = x + w["pos_emb.weight"][positions]  # (B, T, D)
+        bias = None if mask is None else self._attention_bias(mask, dtype)  # (G*T, S)
 
         for i in range(n_run):
             p = f"layers.{i}."
             if i not in skip_attention:
                 h = self._norm(x, w, p + "attn_norm")
-                h = self._attention(h, w, p, i, plan, cache, mask, cos, sin)
+                h = self._attention(h, w, p, i, plan, cache, bias, cos, sin)
                 x = x + h
             if i not in skip_mlp:
                 h = self._norm(x, w, p + "mlp_norm")
@@ -289,7 +291,7 @@ class Transformer(nn.Module):
         layer: int,
         plan: ExecutionPlan | None,
         cache: KVCache | None,
-        mask: torch.Tensor | None,
+        bias: torch.Tensor | None,
         cos: torch.Tensor | None,
         sin: torch.Tensor | None,
     ) -> torch.Tensor:
@@ -311,9 +313,7 @@ class Transformer(nn.Module):
                 k, v = k.to(q.dtype), v.to(q.dtype)
         # Fold the G query heads of each KV head into the query axis: K/V are read in place.
         q = q.reshape(n_batch, c.n_kv_heads, group * n_new, c.head_dim)  # (B, Hkv, G*T, Dh)
-        if mask is not None and group > 1:
-            mask = mask.repeat(group, 1)  # (G*T, S)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, Hkv, G*T, Dh)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)  # (B, Hkv, G*T, Dh)
         out = out.reshape(n_batch, c.n_heads, n_new, c.head_dim)  # (B, H, T, Dh)
         out = out.transpose(1, 2).reshape(n_batch, n_new, c.d_model)  # (B, T, D)
         return linear(out, w[p + "attn.o.weight"], w.get(p + "attn.o.bias"), layer, "attn_o", plan)
@@ -418,6 +418,16 @@ class Transformer(nn.Module):
             index = torch.arange(self.config.max_seq_len, device=device)
             self._index_cache[device] = index
         return index[:n]
+
+    def _attention_bias(self, mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """The bool mask as the additive bias attention applies (0 = may attend, -inf = not),
+        tiled once for the G query heads folded into each KV head: ``(T, S) -> (G*T, S)``.
+        Built once per forward rather than in every layer; the same numbers the attention
+        would derive from the bool mask itself."""
+        bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
+        bias.masked_fill_(~mask, float("-inf"))
+        group = self.config.n_heads // self.config.n_kv_heads
+        return bias.repeat(group, 1) if group > 1 else bias
 
     def _causal_mask(self, n_new: int, past: int, device: torch.device) -> torch.Tensor | None:
         """New token ``i`` sees keys ``0..past + i``: ``(T, S)`` bool, or None when T == 1."""
