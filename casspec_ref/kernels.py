@@ -21,8 +21,8 @@ the same way wherever it occurs.
 The table is measured, not assumed (`calibrate`): for each weight shape and row count 1..16,
 the base forms are timed in interleaved repeats (so a burst of load on a shared machine hits
 every form alike), cycling through enough copies of the weight that each call reads it from
-memory as a real forward does; a low quantile of the calls decides (interference only adds
-time), and a non-default form must beat the default by a margin. A row count whose cheapest
+memory as a real forward does; the median call decides (robust to calls another process
+preempted), and a non-default form must beat the default by a margin. A row count whose cheapest
 base cost is beaten by a larger row count's is then timed padded to that count, and keeps the
 padding only if it wins by the margin too.
 
@@ -40,6 +40,7 @@ import hashlib
 import json
 import os
 import platform
+import statistics
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -250,11 +251,10 @@ def _time_forms(
     x: torch.Tensor,
     repeats: int,
 ) -> dict[str, float]:
-    """Microseconds per call of each form: the lower quartile of all its timed calls, over
-    ``repeats`` interleaved passes through the weight copies. Interference from other processes
-    only ever adds time (a preempted call, a thread waiting for a descheduled partner), so a low
-    quantile estimates the form's own cost where a mean or even a median can be all noise on a
-    busy machine."""
+    """Microseconds per call of each form: the median of all its timed calls, over ``repeats``
+    interleaved passes through the weight copies. A call that another process preempted is one
+    outlier among many; a form that stalls on most calls (e.g. a multi-threaded kernel waiting
+    for a descheduled partner thread on a busy machine) is slow, and is measured as slow."""
     samples: dict[str, list[float]] = {str(f): [] for f in forms}
     for f in forms:  # warm-up: first calls allocate and pick code paths
         run_form(f, x, weights[0], None)
@@ -265,7 +265,7 @@ def _time_forms(
                 start = time.perf_counter()
                 run_form(f, x, w, None)
                 samples[str(f)].append((time.perf_counter() - start) * 1e6)
-    return {name: _lower_quartile(s) for name, s in samples.items()}
+    return {name: statistics.median(s) for name, s in samples.items()}
 
 
 def implausible(costs: Mapping[int, Mapping[str, float]], factor: float = 8.0) -> list[int]:
@@ -278,11 +278,6 @@ def implausible(costs: Mapping[int, Mapping[str, float]], factor: float = 8.0) -
         return []
     one = min(costs[1].values())
     return [r for r, c in costs.items() if min(c.values()) > factor * one]
-
-
-def _lower_quartile(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[(len(ordered) - 1) // 4]
 
 
 def calibrate(
