@@ -18,22 +18,19 @@ Notable choices:
   match the loaders (``(out, in)``); the forward never calls those modules. Every linear goes
   through the module-level `linear`, so the naive loop and every speculative path use the same
   kernels, and a plan can swap the kernel in one place.
-- `exact_linear` picks the matmul formulation that is fastest for few rows, per dtype. Measured on
-  this project's CPU (2 threads, torch 2.13, MKL, AVX-512; SmolLM2 shapes 576->576, 576->192,
-  576->1536, 1536->576, 576->49152, T = 1, 2, 3, 4, 8, timeit, best of 3-5):
-  fp32 ``F.linear`` was fastest or tied for every shape and T (LM head, T=1: 2.6 ms; the
-  ``(W @ x^T)^T`` form with a duplicated row: 8.3 ms; 576->576, T=1: 14 us vs 73 us);
-  bf16 ``(W @ x^T)^T`` was faster for T >= 2 (576->576: 36 us vs 50 us; head T=2: 1.45 ms vs
-  2.17 ms) and, with the single row duplicated into two columns, for T = 1 (head: 1.47 ms vs
-  2.0 ms). docs/smollm2.md reports the opposite fp32 behaviour on another CPU (a slow 1-3 row
-  GEMV in ``F.linear``): rerun ``benchmarks/bench_ar.py --linear-forms`` on a new machine and adjust
-  `_TRANSPOSED_DTYPES`.
+- `exact_linear` (in `casspec_ref.kernels`) computes each product in the formulation a
+  per-machine table chose for its weight shape, dtype and row count; every forward (naive loop,
+  drafts, verification) reads the same table.
 - Grouped-query attention without copying K/V: the G query heads that share one KV head are
   folded into the query-length axis, ``(B, H, T, D) -> (B, H_kv, G*T, D)``, and the mask is
-  tiled G times, so `F.scaled_dot_product_attention` reads the cache in place (a repeat/expand of
-  K/V would copy the whole history every layer of every decode step).
+  tiled G times (once per forward, as an additive bias), so `F.scaled_dot_product_attention`
+  reads the cache in place (a repeat/expand of K/V would copy the whole history every layer of
+  every decode step).
 - ``compute_dtype`` runs on weight copies cast once and cached by `weights_in` (an explicit extra
   copy per dtype, refreshed when a parameter changes); the cache's K/V rows are cast on read.
+- The forward trusts its inputs' values: it checks shapes and cache room (plain integer
+  comparisons) but reads no tensor value back to the host. `validate_inputs` checks everything
+  (token and position ranges, mask rows, plan) and is called once at the public boundary.
 - ``last_only=True`` computes the LM head for the last position only (prefill needs no more).
 """
 
@@ -46,32 +43,19 @@ import torch.nn.functional as F
 from torch import nn
 
 from casspec_ref.config import ModelConfig
+from casspec_ref.kernels import exact_linear
 from casspec_ref.kv_cache import KVCache
 from casspec_ref.plan import ExecutionPlan
 
-#: Dtypes for which the exact linear uses ``(W @ x^T)^T`` (see the module docstring).
-_TRANSPOSED_DTYPES = frozenset({torch.bfloat16, torch.float16})
-
-
-def exact_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """``x @ weight.T + bias`` with the formulation measured fastest for ``x``'s dtype.
-
-    Args:
-        x: ``(..., in)``; weight: ``(out, in)``; bias: ``(out,)`` or None.
-    Returns:
-        ``(..., out)``.
-    """
-    if x.dtype not in _TRANSPOSED_DTYPES:
-        return F.linear(x, weight, bias)
-    rows = x.reshape(-1, x.shape[-1])  # (N, in)
-    n = rows.shape[0]
-    if n == 1:
-        # One row is a matrix-vector product; two columns take the faster GEMM path.
-        rows = rows.expand(2, -1)  # (2, in)
-    out = (weight @ rows.T).T[:n]  # (N, out)
-    if bias is not None:
-        out = out + bias
-    return out.reshape(*x.shape[:-1], weight.shape[0])  # (..., out)
+__all__ = [
+    "Transformer",
+    "count_parameters",
+    "exact_linear",
+    "linear",
+    "random_init_",
+    "rms_norm",
+    "rotate_half",
+]
 
 
 def linear(
@@ -96,7 +80,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """RMSNorm, statistics in at least float32 as Hugging Face's LlamaRMSNorm does."""
     stat_dtype = torch.promote_types(x.dtype, torch.float32)
     xs = x.to(stat_dtype)
-    xs = xs * torch.rsqrt(xs.pow(2).mean(-1, keepdim=True) + eps)
+    xs = xs * torch.rsqrt((xs * xs).mean(-1, keepdim=True) + eps)
     return weight * xs.to(x.dtype)
 
 
@@ -143,9 +127,13 @@ class Transformer(nn.Module):
         if not c.tie_embeddings:
             self.head = nn.Linear(c.d_model, c.vocab_size, bias=False)
         # Derived tensors, computed on first use (nothing is touched at construction):
-        # dtype -> (fingerprint, name -> weight); (dtype, device) -> (cos, sin).
-        self._weights_cache: dict[torch.dtype, tuple[tuple, dict[str, torch.Tensor]]] = {}
+        # dtype -> (cast sources, their fingerprint, name -> weight);
+        # (dtype, device) -> (cos, sin); device -> arange(max_seq_len).
+        self._weights_cache: dict[
+            torch.dtype, tuple[list[torch.Tensor], tuple, dict[str, torch.Tensor]]
+        ] = {}
         self._rope_cache: dict[tuple[torch.dtype, torch.device], tuple[torch.Tensor, ...]] = {}
+        self._index_cache: dict[torch.device, torch.Tensor] = {}
         #: The draft hierarchy the loader chose for this checkpoint (cheapest level first), or
         #: None for the generic default (`casspec_ref.speculative.default_drafts`).
         self.preset_drafts: tuple[ExecutionPlan, ...] | None = None
@@ -154,26 +142,39 @@ class Transformer(nn.Module):
     def weights_in(self, dtype: torch.dtype) -> dict[str, torch.Tensor]:
         """All parameters by state-dict name, in ``dtype``.
 
-        For the parameters' own dtype these are the parameters themselves (no copy). For another
-        dtype they are copies cast once and kept (one extra copy of the model per dtype used by a
-        plan's ``compute_dtype``), recomputed when any parameter was modified or replaced since.
+        For the parameters' own dtype these are the parameters themselves (no copy), collected
+        once. For another dtype they are copies cast once and kept (one extra copy of the model
+        per dtype used by a plan's ``compute_dtype``), recast when a parameter was modified in
+        place since (its version counter moved). ``.to()``, ``load_state_dict`` and
+        `clear_weight_cache` drop the cache; replacing a parameter object by assignment needs
+        `clear_weight_cache`.
         """
-        params = dict(self.named_parameters())
-        fingerprint = tuple((id(p), p._version, p.data_ptr(), p.dtype) for p in params.values())
         cached = self._weights_cache.get(dtype)
-        if cached is not None and cached[0] == fingerprint:
-            return cached[1]
+        if cached is not None:
+            sources, fingerprint, weights = cached
+            if not sources or _fingerprint(sources) == fingerprint:
+                return weights
         with torch.no_grad():
-            weights = {
-                n: p if p.dtype == dtype else p.detach().to(dtype) for n, p in params.items()
-            }
-        self._weights_cache[dtype] = (fingerprint, weights)
+            params = list(self.named_parameters())
+            weights = {n: p if p.dtype == dtype else p.detach().to(dtype) for n, p in params}
+        # Parameters in their own dtype are read live; cast copies remember what they copied.
+        cast: list[torch.Tensor] = [p for n, p in params if weights[n] is not p]
+        self._weights_cache[dtype] = (cast, _fingerprint(cast), weights)
         return weights
 
     def clear_weight_cache(self) -> None:
-        """Drop the cast weight copies and rotary tables (they are rebuilt on demand)."""
+        """Drop the collected/cast weights, rotary tables and index vectors (rebuilt on demand)."""
         self._weights_cache.clear()
         self._rope_cache.clear()
+        self._index_cache.clear()
+
+    def _apply(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        self.clear_weight_cache()  # .to(), .float(), .cuda() move or recast the parameters
+        return super()._apply(*args, **kwargs)
+
+    def load_state_dict(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        self.clear_weight_cache()
+        return super().load_state_dict(*args, **kwargs)
 
     def _rope_tables(self, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, ...]:
         """cos/sin tables ``(max_seq_len, D_head)``, computed in float64 then cast once."""
@@ -216,14 +217,14 @@ class Transformer(nn.Module):
             last_only: compute logits for the last position only (returns ``(B, 1, V)``).
         Returns:
             logits ``(B, T, V)`` (or ``(B, 1, V)``), in the compute dtype.
+
+        Shapes are checked; values (token ids, positions, mask rows, the plan) are trusted, as
+        the hot loops call this for every draft and verify step: see `validate_inputs`.
         """
         c = self.config
-        if plan is not None:
-            plan.validate(c)
-        tokens, positions, past = self._check_inputs(tokens, positions, cache)
+        positions, past = self._check_shapes(tokens, positions, cache, attn_mask)
         n_batch, n_new = tokens.shape
-        n_keys = past + n_new
-        mask = self._check_mask(attn_mask, n_new, n_keys, tokens.device)
+        mask = self._causal_mask(n_new, past, tokens.device) if attn_mask is None else attn_mask
 
         # ========================= EXECUTION PLAN =========================================
         # The one place the forward reads the plan (besides `linear`, which asks the plan for
@@ -245,12 +246,13 @@ class Transformer(nn.Module):
             sin = sin_table[positions].unsqueeze(1)  # (B, 1, T, D_head)
         else:
             x = x + w["pos_emb.weight"][positions]  # (B, T, D)
+        bias = None if mask is None else self._attention_bias(mask, dtype)  # (G*T, S)
 
         for i in range(n_run):
             p = f"layers.{i}."
             if i not in skip_attention:
                 h = self._norm(x, w, p + "attn_norm")
-                h = self._attention(h, w, p, i, plan, cache, mask, cos, sin)
+                h = self._attention(h, w, p, i, plan, cache, bias, cos, sin)
                 x = x + h
             if i not in skip_mlp:
                 h = self._norm(x, w, p + "mlp_norm")
@@ -289,7 +291,7 @@ class Transformer(nn.Module):
         layer: int,
         plan: ExecutionPlan | None,
         cache: KVCache | None,
-        mask: torch.Tensor | None,
+        bias: torch.Tensor | None,
         cos: torch.Tensor | None,
         sin: torch.Tensor | None,
     ) -> torch.Tensor:
@@ -311,28 +313,62 @@ class Transformer(nn.Module):
                 k, v = k.to(q.dtype), v.to(q.dtype)
         # Fold the G query heads of each KV head into the query axis: K/V are read in place.
         q = q.reshape(n_batch, c.n_kv_heads, group * n_new, c.head_dim)  # (B, Hkv, G*T, Dh)
-        if mask is not None and group > 1:
-            mask = mask.repeat(group, 1)  # (G*T, S)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, Hkv, G*T, Dh)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)  # (B, Hkv, G*T, Dh)
         out = out.reshape(n_batch, c.n_heads, n_new, c.head_dim)  # (B, H, T, Dh)
         out = out.transpose(1, 2).reshape(n_batch, n_new, c.d_model)  # (B, T, D)
         return linear(out, w[p + "attn.o.weight"], w.get(p + "attn.o.bias"), layer, "attn_o", plan)
 
     # ----------------------------------------------------------------------------- checks
-    def _check_inputs(
-        self, tokens: torch.Tensor, positions: torch.Tensor | None, cache: KVCache | None
-    ) -> tuple[torch.Tensor, torch.Tensor, int]:
+    def validate_inputs(
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+        attn_mask: torch.Tensor | None = None,
+        plan: ExecutionPlan | None = None,
+    ) -> None:
+        """Check a forward's arguments completely; raise `ValueError` naming what is wrong.
+
+        `forward` itself checks only shapes and cache room; this also reads values (token and
+        position ranges, mask rows with no key) and validates the plan. Call it once where
+        inputs enter from outside (the generation loops check their prompts and plans).
+        """
+        c = self.config
+        if plan is not None:
+            plan.validate(c)
+        self._check_shapes(tokens, positions, cache, attn_mask)
+        lo, hi = int(tokens.min()), int(tokens.max())
+        if lo < 0 or hi >= c.vocab_size:
+            raise ValueError(
+                f"token ids must be in 0..{c.vocab_size - 1} (vocab_size), got min {lo}, max {hi}"
+            )
+        if positions is not None:
+            lo, hi = int(positions.min()), int(positions.max())
+            if lo < 0 or hi >= c.max_seq_len:
+                raise ValueError(
+                    f"positions must be in 0..{c.max_seq_len - 1} (max_seq_len), got min {lo}, "
+                    f"max {hi}"
+                )
+        if attn_mask is not None:
+            empty = (~attn_mask.any(dim=1)).nonzero().flatten().tolist()
+            if empty:
+                raise ValueError(f"attn_mask rows {empty} allow no key at all (softmax undefined)")
+
+    def _check_shapes(
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor | None,
+        cache: KVCache | None,
+        attn_mask: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, int]:
+        """Shape, dtype and cache-room checks (no tensor value is read); returns the positions
+        (``past + arange(T)`` when None) and ``past``, the cached length."""
         c = self.config
         if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.shape[1] < 1:
             shape = tuple(tokens.shape) if isinstance(tokens, torch.Tensor) else type(tokens)
             raise ValueError(f"tokens must be a (B, T) tensor with T >= 1, got {shape}")
         if tokens.dtype.is_floating_point or tokens.dtype == torch.bool:
             raise ValueError(f"tokens must have an integer dtype, got {tokens.dtype}")
-        lo, hi = int(tokens.min()), int(tokens.max())
-        if lo < 0 or hi >= c.vocab_size:
-            raise ValueError(
-                f"token ids must be in 0..{c.vocab_size - 1} (vocab_size), got min {lo}, max {hi}"
-            )
         n_batch, n_new = tokens.shape
         past = 0
         if cache is not None:
@@ -355,7 +391,7 @@ class Transformer(nn.Module):
                 raise ValueError(
                     f"{past} cached + {n_new} new tokens exceed max_seq_len={c.max_seq_len}"
                 )
-            positions = torch.arange(past, past + n_new, device=tokens.device)
+            positions = self._arange(past + n_new, tokens.device)[past:]
             positions = positions.expand(n_batch, n_new)  # (B, T)
         else:
             if not isinstance(positions, torch.Tensor) or positions.shape != tokens.shape:
@@ -365,37 +401,45 @@ class Transformer(nn.Module):
                 )
             if positions.dtype.is_floating_point or positions.dtype == torch.bool:
                 raise ValueError(f"positions must have an integer dtype, got {positions.dtype}")
-            lo, hi = int(positions.min()), int(positions.max())
-            if lo < 0 or hi >= c.max_seq_len:
+        if attn_mask is not None:
+            if not isinstance(attn_mask, torch.Tensor) or attn_mask.dtype != torch.bool:
+                raise ValueError("attn_mask must be a bool tensor (True = may attend)")
+            if tuple(attn_mask.shape) != (n_new, past + n_new):
                 raise ValueError(
-                    f"positions must be in 0..{c.max_seq_len - 1} (max_seq_len), got min {lo}, "
-                    f"max {hi}"
+                    f"attn_mask has shape {tuple(attn_mask.shape)}, expected (T, S) = "
+                    f"({n_new}, {past + n_new}) (S = cached length + new tokens)"
                 )
-        return tokens, positions, past
+        return positions, past
 
-    @staticmethod
-    def _check_mask(
-        attn_mask: torch.Tensor | None, n_new: int, n_keys: int, device: torch.device
-    ) -> torch.Tensor | None:
-        """Validate a user mask, or build the causal one (None when T == 1: see everything)."""
-        if attn_mask is None:
-            if n_new == 1:
-                return None
-            past = n_keys - n_new
-            rows = torch.arange(n_new, device=device).unsqueeze(1)  # (T, 1)
-            cols = torch.arange(n_keys, device=device).unsqueeze(0)  # (1, S)
-            return cols <= rows + past  # (T, S)
-        if not isinstance(attn_mask, torch.Tensor) or attn_mask.dtype != torch.bool:
-            raise ValueError("attn_mask must be a bool tensor (True = may attend)")
-        if tuple(attn_mask.shape) != (n_new, n_keys):
-            raise ValueError(
-                f"attn_mask has shape {tuple(attn_mask.shape)}, expected (T, S) = "
-                f"({n_new}, {n_keys}) (S = cached length + new tokens)"
-            )
-        empty = (~attn_mask.any(dim=1)).nonzero().flatten().tolist()
-        if empty:
-            raise ValueError(f"attn_mask rows {empty} allow no key at all (softmax undefined)")
-        return attn_mask
+    def _arange(self, n: int, device: torch.device) -> torch.Tensor:
+        """``arange(n)`` as a view of a cached ``arange(max_seq_len)`` (positions, masks)."""
+        index = self._index_cache.get(device)
+        if index is None:
+            index = torch.arange(self.config.max_seq_len, device=device)
+            self._index_cache[device] = index
+        return index[:n]
+
+    def _attention_bias(self, mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """The bool mask as the additive bias attention applies (0 = may attend, -inf = not),
+        tiled once for the G query heads folded into each KV head: ``(T, S) -> (G*T, S)``.
+        Built once per forward rather than in every layer; the same numbers the attention
+        would derive from the bool mask itself."""
+        bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
+        bias.masked_fill_(~mask, float("-inf"))
+        group = self.config.n_heads // self.config.n_kv_heads
+        return bias.repeat(group, 1) if group > 1 else bias
+
+    def _causal_mask(self, n_new: int, past: int, device: torch.device) -> torch.Tensor | None:
+        """New token ``i`` sees keys ``0..past + i``: ``(T, S)`` bool, or None when T == 1."""
+        if n_new == 1:
+            return None
+        keys = self._arange(past + n_new, device)  # (S,)
+        return keys.unsqueeze(0) <= keys[past:].unsqueeze(1)  # (T, S)
+
+
+def _fingerprint(params: list[torch.Tensor]) -> tuple[tuple[int, int], ...]:
+    """What changes when a parameter is modified in place or given new storage."""
+    return tuple((p._version, p.data_ptr()) for p in params)
 
 
 class _RMSNormParams(nn.Module):

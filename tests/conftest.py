@@ -11,6 +11,10 @@ import os
 
 from hypothesis import HealthCheck, settings
 
+# Tests never time anything: the per-machine kernel table is not measured at model load, the
+# default forms run (tests/test_kernels.py installs fixed tables explicitly).
+os.environ["CASSPEC_KERNELS"] = "default"
+
 settings.register_profile(
     "ci",
     derandomize=True,

@@ -226,19 +226,24 @@ def test_exact_linear_formulations_agree() -> None:
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_bad_inputs_raise_clear_errors(family: str) -> None:
+    """Shapes are checked by every forward; values (ids, positions, mask rows, the plan) by
+    `validate_inputs`, which the public entry points call once."""
     model = make_model(family)
     c = model.config
     tokens = random_tokens(c, 3, seed=0)
+    model.validate_inputs(tokens, torch.arange(3).unsqueeze(0), plan=ExecutionPlan())  # valid
     with pytest.raises(ValueError, match="token ids must be in"):
-        model(torch.tensor([[0, c.vocab_size]]))
+        model.validate_inputs(torch.tensor([[0, c.vocab_size]]))
     with pytest.raises(ValueError, match="token ids must be in"):
-        model(torch.tensor([[-1]]))
+        model.validate_inputs(torch.tensor([[-1]]))
     with pytest.raises(ValueError, match=r"\(B, T\)"):
         model(torch.tensor([1, 2]))
+    with pytest.raises(ValueError, match=r"\(B, T\)"):
+        model.validate_inputs(torch.tensor([1, 2]))
     with pytest.raises(ValueError, match="integer dtype"):
         model(torch.zeros(1, 2))
     with pytest.raises(ValueError, match="positions must be in"):
-        model(tokens, torch.tensor([[0, 1, c.max_seq_len]]))
+        model.validate_inputs(tokens, torch.tensor([[0, 1, c.max_seq_len]]))
     with pytest.raises(ValueError, match="shape of tokens"):
         model(tokens, torch.tensor([[0, 1]]))
     with pytest.raises(ValueError, match=r"expected \(T, S\)"):
@@ -246,11 +251,11 @@ def test_bad_inputs_raise_clear_errors(family: str) -> None:
     with pytest.raises(ValueError, match="bool"):
         model(tokens, attn_mask=torch.ones(3, 3))
     with pytest.raises(ValueError, match="allow no key"):
-        model(tokens, attn_mask=torch.zeros(3, 3, dtype=torch.bool))
+        model.validate_inputs(tokens, attn_mask=torch.zeros(3, 3, dtype=torch.bool))
     with pytest.raises(ValueError, match="exit_after"):
-        model(tokens, plan=ExecutionPlan(exit_after=c.n_layers + 1))
+        model.validate_inputs(tokens, plan=ExecutionPlan(exit_after=c.n_layers + 1))
     with pytest.raises(ValueError, match="skip_mlp"):
-        model(tokens, plan=ExecutionPlan(skip_mlp=frozenset({c.n_layers})))
+        model.validate_inputs(tokens, plan=ExecutionPlan(skip_mlp=frozenset({c.n_layers})))
     cache = KVCache(c, 4, torch.float64)
     model(tokens, cache=cache)
     with pytest.raises(ValueError, match="overflow"):

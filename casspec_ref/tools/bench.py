@@ -49,9 +49,9 @@ GROUP_ORDER = ("mt_bench", "translation", "summarization", "qa", "math_reasoning
 EXTERNAL_METHODS = ("hf", "hf-pld")
 
 
-def default_questions_path() -> Path:
-    """The project's own small prompt set (written for casspec_ref, Spec-Bench format)."""
-    return Path(str(resources.files("casspec_ref") / "data" / "prompts.jsonl"))
+def default_questions_path(name: str = "prompts") -> Path:
+    """A bundled Spec-Bench prompt set: ``prompts`` (tuned on) or ``prompts_heldout``."""
+    return Path(str(resources.files("casspec_ref") / "data" / f"{name}.jsonl"))
 
 
 def group_of(category: str) -> str:
@@ -486,7 +486,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--questions",
         default=None,
-        help="a Spec-Bench question.jsonl (default: the bundled prompt set)",
+        help="a Spec-Bench question.jsonl, or 'heldout' (default: the bundled prompt set)",
     )
     parser.add_argument(
         "--methods",
@@ -631,6 +631,8 @@ def main(argv: Sequence[str] | None = None, *, model: Any = None, tokenizer: Any
         args.runs, args.max_new_tokens = 1, min(args.max_new_tokens, 32)
 
     try:
+        if args.questions == "heldout":
+            args.questions = str(default_questions_path("prompts_heldout"))
         questions = load_questions(args.questions or default_questions_path())
     except (FileNotFoundError, ValueError, UnicodeDecodeError) as exc:
         return _error(str(exc))
