@@ -138,3 +138,33 @@ def test_unknown_method_is_rejected(tiny, capsys) -> None:
     model, tokenizer = tiny
     assert bench.main(["--methods", "ar,warp-drive"], model=model, tokenizer=tokenizer) == 2
     assert "warp-drive" in capsys.readouterr().err
+
+
+def test_parse_method() -> None:
+    known = ("ar", "pld", "chain", "cas-spec")
+    assert bench.parse_method("pld:3", known) == ("pld", 3)
+    assert bench.parse_method("cas-spec", known) == ("cas-spec", None)
+    for bad in ("pld:0", "pld:x", "cas-spec:2", "warp", "chain:"):
+        with pytest.raises(ValueError, match="method"):
+            bench.parse_method(bad, known)
+
+
+def test_sized_methods_sampling_verify_curve_and_dytc_report(tmp_path: Path, tiny) -> None:
+    """pld:K and chain:K run; sampling runs without a token-for-token comparison; the verify
+    curve and DyTC's learned state land in results.json."""
+    model, tokenizer = tiny
+    questions = tmp_path / "q.jsonl"
+    write_questions(questions)
+    out = tmp_path / "out"
+    argv = ["--questions", str(questions), "--methods", "ar,pld:2,chain:2,cas-spec", "--runs",
+            "1", "--max-new-tokens", "5", "--out", str(out), "--no-progress", "--verify-curve",
+            "--temperature", "0.8", "--top-p", "0.9", "--seed", "3"]  # fmt: skip
+    assert bench.main(argv, model=model, tokenizer=tokenizer) == 0
+    result = json.loads((out / "results.json").read_text())
+    methods = {r["method"] for r in result["records"]}
+    assert methods == {"ar", "pld:2", "chain:2", "cas-spec"}
+    assert result["settings"]["temperature"] == 0.8 and result["divergences"] == []
+    assert set(result["verify_curve_ms"]) == {str(t) for t in bench.VERIFY_SIZES}
+    report = result["dytc"]["cas-spec"]
+    assert report["verify_ms"] and {"pld", "recycle"} <= set(report["drafts"])
+    assert bench.main([*argv[:-6], "--temperature", "-1"], model=model, tokenizer=tokenizer) == 2

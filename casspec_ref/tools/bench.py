@@ -23,7 +23,17 @@ Protocol (docs/method.md §7, after Spec-Bench, Xia et al. 2024):
 
 Methods are those of `casspec_ref.speculative.METHODS`, plus ``hf`` and ``hf-pld`` (Hugging Face
 transformers' greedy and prompt-lookup ``generate`` on the same weights) when transformers is
-installed.
+installed. ``pld:K`` is prompt lookup proposing at most K tokens and ``chain:K`` a chain of K
+tokens (the fixed schedules DyTC must beat at their best k).
+
+Sampling (``--temperature``, ``--top-k``, ``--top-p``, ``--seed``): every method draws from the same
+law as the naive loop but from another stream of coins, so outputs are not compared token for
+token (the exact-law tests prove the law); speed and MAT are reported as under greedy.
+
+``--verify-curve`` first measures the target's forward over T = 1, 2, 3, 4, 6, 8, 12, 16 new
+tokens after 256 cached ones (median of 5), the cost curve every speculative method lives on.
+After the runs, DyTC's learned state (its cost curve, alpha and c per draft, how many of its
+trees branched) is printed and kept in ``results.json``.
 """
 
 from __future__ import annotations
@@ -47,6 +57,60 @@ MT_BENCH_CATEGORIES = frozenset(
 )
 GROUP_ORDER = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag")
 EXTERNAL_METHODS = ("hf", "hf-pld")
+#: Methods that take a fixed k (``pld:K``, ``chain:K``).
+SIZED_METHODS = ("pld", "chain")
+VERIFY_SIZES = (1, 2, 3, 4, 6, 8, 12, 16)
+
+
+def parse_method(spec: str, known: Sequence[str]) -> tuple[str, int | None]:
+    """``"pld:3"`` -> ("pld", 3); ``"cas-spec"`` -> ("cas-spec", None); ValueError if unknown."""
+    base, sep, arg = spec.partition(":")
+    allowed = f"{', '.join(known)}, or {'/'.join(SIZED_METHODS)}:K with K >= 1"
+    if base not in known or (sep and (base not in SIZED_METHODS or not arg.isdigit())):
+        raise ValueError(f"unknown method {spec!r}: allowed are {allowed}")
+    k = int(arg) if sep else None
+    if k is not None and k < 1:
+        raise ValueError(f"method {spec!r}: K must be >= 1")
+    return base, k
+
+
+def measure_verify_curve(
+    model: Any, sizes: Sequence[int] = VERIFY_SIZES, cached: int = 256, repeats: int = 5
+) -> dict[int, float]:
+    """Median seconds of one target forward over T new tokens after `cached` ones, per T."""
+    import torch
+
+    from casspec_ref.kv_cache import KVCache
+
+    param = next(model.parameters())
+    cached = min(cached, model.config.max_seq_len - max(sizes))
+    cache = KVCache(model.config, cached + max(sizes), param.dtype, param.device)
+    prefix = torch.arange(cached, device=param.device)[None] % model.config.vocab_size  # (1, P)
+    with torch.no_grad():
+        model.forward(prefix, cache=cache)
+        times: dict[int, list[float]] = {t: [] for t in sizes}
+        for _ in range(repeats):
+            for t in sizes:  # interleaved, so that load drifts hit every size alike
+                tokens = torch.arange(t, device=param.device)[None] + 7  # (1, T)
+                _sync(str(param.device))
+                start = time.perf_counter()
+                model.forward(tokens, cache=cache)
+                _sync(str(param.device))
+                times[t].append(time.perf_counter() - start)
+                cache.truncate(cached)
+    return {t: statistics.median(v) for t, v in times.items()}
+
+
+def dytc_report(policy: Any) -> dict[str, Any]:
+    """What DyTC learned: its verify cost curve (ms), and alpha and c per draft."""
+    return {
+        "verify_ms": {t: 1000 * s for t, s in sorted(policy.verify_cost.seconds.items())},
+        "drafts": {
+            name: {"alpha": est.alpha, "observations": est.count, "c": policy.cost(name)}
+            for name, est in policy.alpha.items()
+        },
+        "explore_budget_s": policy.explore_budget,
+    }
 
 
 def default_questions_path(name: str = "prompts") -> Path:
@@ -179,34 +243,57 @@ class _Progress:
 Runner = Callable[[list[int], int], tuple[list[int], dict[str, Any]]]
 
 
-def _make_runner(method: str, model: Any, stop_ids: Sequence[int]) -> Runner:
+def _make_runner(
+    method: str, model: Any, stop_ids: Sequence[int], sampling: dict[str, Any] | None = None
+) -> Runner:
+    """A function answering one prompt with `method` (``name`` or ``name:K``)."""
     from casspec_ref.generate import generate_ar
+
+    sampling = dict(sampling or {})
+    seed = sampling.pop("seed", None)
+    calls = [0]
+
+    def coins() -> dict[str, Any]:
+        # Sampling: a fresh seeded stream per call (the same for every method's n-th call).
+        calls[0] += 1
+        return {"seed": None if seed is None else seed + calls[0]} if sampling else {}
 
     if method == "ar":
 
         def run_ar(prompt_ids: list[int], max_new: int) -> tuple[list[int], dict[str, Any]]:
-            result = generate_ar(model, prompt_ids, max_new, stop_ids=stop_ids)
+            result = generate_ar(
+                model, prompt_ids, max_new, stop_ids=stop_ids, **sampling, **coins()
+            )
             return list(result.tokens), dict(result.stats)
 
         return run_ar
     if method in EXTERNAL_METHODS:
         return _make_hf_runner(method, model, stop_ids)
 
+    from casspec_ref.cascades import ScheduleOptions
+    from casspec_ref.dsia.prompt_lookup import PromptLookupConfig
     from casspec_ref.dytc import DyTCPolicy
-    from casspec_ref.speculative import default_drafts, generate_speculative
+    from casspec_ref.speculative import METHODS, default_drafts, generate_speculative
 
+    base, k = parse_method(method, METHODS)
     options: dict[str, Any] = {}
-    if method == "cas-spec":
-        # DyTC's online estimates (acceptance, latency) persist across questions, as they would
+    if base == "pld" and k is not None:
+        options["pld"] = PromptLookupConfig(max_proposal=k)
+    if base == "chain" and k is not None:
+        options["schedule"] = ScheduleOptions(chain_k=k)
+    if base == "cas-spec":
+        # DyTC's online estimates (acceptance, costs) persist across questions, as they would
         # in a server: each call would otherwise spend its first steps re-learning the costs.
         options["policy"] = DyTCPolicy([plan.name for plan in default_drafts(model)])
 
     def run_spec(prompt_ids: list[int], max_new: int) -> tuple[list[int], dict[str, Any]]:
         result = generate_speculative(
-            model, prompt_ids, max_new, method=method, stop_ids=stop_ids, **options
-        )
+            model, prompt_ids, max_new, method=base, stop_ids=stop_ids, **sampling, **coins(),
+            **options,
+        )  # fmt: skip
         return list(result.tokens), dict(result.stats)
 
+    run_spec.policy = options.get("policy")  # type: ignore[attr-defined]
     return run_spec
 
 
@@ -387,6 +474,8 @@ def summarize(
                     "tokens_per_s_std": statistics.stdev(tps_list) if len(tps_list) > 1 else 0.0,
                     "equal_to_ar": equal[method],
                     "levels": _level_counts(all_records),
+                    "steps": _stat_sum(all_records, "steps"),
+                    "branching_steps": _stat_sum(all_records, "branching_steps"),
                     "time_split_s": time_split,
                     "peak_memory_bytes": max(r.peak_memory_bytes for r in all_records),
                     "peak_memory_vs_ar": max(r.peak_memory_bytes for r in all_records)
@@ -522,6 +611,15 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--quick", action="store_true", help="1 run, 32 new tokens, one question per group"
     )
+    parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    parser.add_argument("--top-k", type=int, default=0)
+    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=0, help="first seed of the sampling streams")
+    parser.add_argument(
+        "--verify-curve",
+        action="store_true",
+        help="first measure the target's forward cost per tree size (T = 1..16 after 256)",
+    )
     parser.add_argument("--no-progress", action="store_true")
     return parser
 
@@ -598,9 +696,22 @@ def main(argv: Sequence[str] | None = None, *, model: Any = None, tokenizer: Any
     available = own_methods + list(EXTERNAL_METHODS)
     methods = args.methods.split(",") if args.methods else own_methods
     methods = [m.strip() for m in methods if m.strip()]
-    unknown = [m for m in methods if m not in available]
-    if unknown:
-        return _error(f"unknown methods {unknown}: allowed are {', '.join(available)}")
+    for method in methods:
+        try:
+            parse_method(method, available)
+        except ValueError as exc:
+            return _error(str(exc))
+    from casspec_ref.sampling import validate_sampling
+
+    try:
+        validate_sampling(args.temperature, args.top_k, args.top_p)
+    except ValueError as exc:
+        return _error(str(exc))
+    sampling = (
+        {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p,
+         "seed": args.seed}
+        if args.temperature > 0 else {}
+    )  # fmt: skip
     if any(m in EXTERNAL_METHODS for m in methods):
         try:
             import transformers  # noqa: F401
@@ -654,6 +765,9 @@ def main(argv: Sequence[str] | None = None, *, model: Any = None, tokenizer: Any
         "model": str(args.model) if args.model else None,
         "dtype": args.dtype,
         "device": args.device,
+        "temperature": args.temperature,
+        "top_k": args.top_k,
+        "top_p": args.top_p,
     }
     # The output folder comes first: a path that cannot be written fails now, not after hours.
     out = Path(args.out)
@@ -702,8 +816,15 @@ def main(argv: Sequence[str] | None = None, *, model: Any = None, tokenizer: Any
                 f"--max-new-tokens {args.max_new_tokens} that exceeds the model context "
                 f"{context} (shorten it or lower --max-new-tokens)"
             )
-    runners = {m: _make_runner(m, model, tokenizer.stop_ids) for m in methods}
+    runners = {m: _make_runner(m, model, tokenizer.stop_ids, sampling) for m in methods}
     show = not args.no_progress
+    verify_curve: dict[int, float] = {}
+    if args.verify_curve:
+        verify_curve = measure_verify_curve(model)
+        one = verify_curve[1]
+        print("target forward after 256 cached tokens (median of 5):", file=sys.stderr)
+        for t, sec in verify_curve.items():
+            print(f"  T={t:2d}: {1000 * sec:6.1f} ms ({sec / one:.2f}x T=1)", file=sys.stderr)
 
     # Warm-up: every method on the first questions, untimed.
     warm = _Progress(len(methods) * args.warmup, "warm-up", show)
@@ -749,7 +870,7 @@ def main(argv: Sequence[str] | None = None, *, model: Any = None, tokenizer: Any
                             f"question {question.question_id}, method {method}: {exc} (the "
                             f"answers measured so far are in {results_path}; --resume continues)"
                         )
-                    if method == "ar":
+                    if method == "ar" and not sampling:
                         reference = record
                     results.write(
                         json.dumps(_record_line(run_index, method, record), default=float) + "\n"
@@ -761,7 +882,7 @@ def main(argv: Sequence[str] | None = None, *, model: Any = None, tokenizer: Any
 
     equal = {m: True for m in methods}
     divergences: list[dict[str, Any]] = []
-    for run in runs:
+    for run in runs if not sampling else []:  # sampling: another stream of coins, same law
         for index, base in enumerate(run["ar"]):
             for method in (m for m in methods if m != "ar"):
                 record = run[method][index]
@@ -784,17 +905,31 @@ def main(argv: Sequence[str] | None = None, *, model: Any = None, tokenizer: Any
                         )
 
     rows = summarize(runs, methods, equal)
+    learned = {
+        m: dytc_report(runners[m].policy)  # type: ignore[attr-defined]
+        for m in methods
+        if getattr(runners[m], "policy", None) is not None
+    }
     result = {
         "environment": environment(args.device, args.dtype),
         "settings": settings,
         "records": rows,
         "divergences": divergences,
+        "verify_curve_ms": {t: 1000 * sec for t, sec in verify_curve.items()},
+        "dytc": learned,
     }
     (out / "results.json").write_text(json.dumps(result, indent=2, default=float))
     table = format_table(rows)
     (out / "table.txt").write_text(table + "\n")
     plots = write_plots(rows, out)
     print(table)
+    for method, report in learned.items():
+        curve = ", ".join(f"{t}: {ms:.1f}" for t, ms in report["verify_ms"].items())
+        print(f"\n{method}: learned verify cost (tree size: ms) {curve}")
+        for name, d in report["drafts"].items():
+            print(f"  {name:24s} alpha {d['alpha']:.2f} ({d['observations']} obs), c {d['c']:.3f}")
+        row = next(r for r in rows if r["method"] == method and r["group"] == "overall")
+        print(f"  branching trees: {row['branching_steps']:.0f} of {row['steps']:.0f} steps")
     print(f"\nwrote {out / 'results.json'}, {out / 'table.txt'}" + "".join(f", {p}" for p in plots))
     if not all(equal.values()):
         print(
