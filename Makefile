@@ -1,5 +1,5 @@
 # casspec_ref: every target sets itself up from nothing but Python >= 3.11 and make.
-#   make demo   set up, then generate an answer with the embedded SmolLM2-135M (CAS-Spec)
+#   make demo   set up, then plain decoding and CAS-Spec side by side on the embedded SmolLM2-135M
 #   make test   set up, then lint (ruff), type-check (mypy), the whole test suite and the tutorials
 #   make bench  set up, then the micro-benchmarks and the benchmark harness in quick mode
 #   make lab    set up with the `tutorials` extra (JupyterLab), then open the tutorials
@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 
 demo: setup
-	$(BIN)/python -m casspec_ref generate "What is the capital of France? Answer in one sentence, then explain why it became the capital." --max-new-tokens 96
+	$(BIN)/python -m casspec_ref demo
 
 lint: setup
 	$(BIN)/ruff check casspec_ref tests benchmarks
