@@ -74,3 +74,21 @@ def test_generate_json_on_the_real_model(method: str) -> None:
 def test_bench_subcommand_passes_its_options_through(capsys) -> None:
     assert main(["bench", "--methods", "ar,warp-drive", "--max-new-tokens", "4"]) == 2
     assert "warp-drive" in capsys.readouterr().err
+
+
+@pytest.mark.real_model
+def test_compare_ar_reports_a_measured_speedup_and_identity() -> None:
+    cmd = [sys.executable, "-m", "casspec_ref", "generate", "Name three colours.", "--method",
+           "pld", "--max-new-tokens", "12", "--compare-ar"]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+    summary = proc.stdout.strip().splitlines()[-1]
+    assert "plain decoding" in summary and "speedup" in summary
+    assert "identical to plain decoding" in summary  # greedy: the same tokens
+    assert "estimate" not in summary
+
+
+def test_demo_rejects_a_bad_length(capsys) -> None:
+    from casspec_ref.tools.demo import run_demo
+
+    assert run_demo(0) == 2
