@@ -29,10 +29,7 @@ from nbclient.exceptions import CellExecutionError
 TUTORIALS = Path(__file__).resolve().parent
 SOLUTIONS = TUTORIALS / "solutions"
 #: Notebooks that do not carry exercises yet (each entry needs a reason).
-WITHOUT_EXERCISES = {
-    # Edited by the oracle work in parallel; its exercises come with that change.
-    "08_checking_another_implementation.ipynb",
-}
+WITHOUT_EXERCISES: set[str] = set()
 SECTION = re.compile(r"^# %% exercise: *([\w-]+) *$", re.MULTILINE)
 
 

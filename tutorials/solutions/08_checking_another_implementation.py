@@ -1,0 +1,44 @@
+# Solutions to the exercises of 08_checking_another_implementation.ipynb.
+# Each section replaces the notebook cell tagged exercise:NAME (see tutorials/exercises.py).
+
+# %% exercise: break-it
+def my_verifier(inputs, rng):
+    p, q, out = inputs.target_probs, inputs.draft_probs, []  # (K+1, V), (K, V)
+    for i, x in enumerate(inputs.draft_tokens):
+        if not rng.bernoulli(min(1.0, p[i, x] / q[i, x])):  # q[i, x] > 0: x was drawn from q[i]
+            residual = np.maximum(p[i] - q[i], 0.0)  # (V,)
+            return out + [rng.categorical(residual / residual.sum())]
+        out.append(x)
+    # BUG: the bonus token from the last draft law, not from the target law after all K drafts.
+    # p_equals_q catches it (with p = q every draft is accepted, so the bonus branch always
+    # runs) and disjoint does not (no draft is ever accepted there, so the bonus branch never
+    # runs). A bug in the rejection branch (say, the replacement drawn from q[i]) is the other
+    # way round: p_equals_q never rejects and cannot catch it, disjoint always rejects and does.
+    # Dropping the residual's normalization would not be a bug: rng.categorical normalizes its
+    # weights, as torch.multinomial does.
+    return out + [rng.categorical(q[-1])]
+
+# %% exercise: fix-siblings
+def sibling_verifier(inputs, rng):
+    node, out = 0, []
+    while True:
+        r = np.asarray(inputs.target_probs[node], dtype=np.float64)  # (V,) the law at this node
+        removed = []  # the siblings rejected so far at this node
+        for child in inputs.children(node):
+            x = inputs.tokens[child]
+            q = np.asarray(inputs.draft_probs[child], dtype=np.float64)  # (V,)
+            if inputs.rules[child] == "without_replacement" and removed:
+                # FIX: this child was drawn from q without the earlier siblings, renormalized;
+                # test it (and form the residual) with that law, not the unconditional q.
+                q = q.copy()
+                q[removed] = 0.0
+                q = q / q.sum()
+            if rng.bernoulli(min(1.0, r[x] / q[x])):
+                out.append(x)
+                node = child
+                break
+            residual = np.maximum(r - q, 0.0)  # (V,)
+            r = residual / residual.sum()
+            removed.append(x)
+        else:  # every child rejected, or a leaf: the last token from what is left of r
+            return out + [rng.categorical(r)]
