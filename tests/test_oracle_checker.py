@@ -384,3 +384,30 @@ def test_unused_races_add_no_branches_and_views_are_refused():
 
     with pytest.raises(UnfollowableDrawError, match="view"):
         exact_law(into_a_view)
+
+
+def _unconditional_q_tree_verifier(inputs, rng):  # type: ignore[no-untyped-def]
+    """A SpecInfer-style tree verifier that tests every sibling against the unconditional q,
+    even for siblings drawn without replacement (the bug of EAGLE #74 / #110)."""
+    node, out = 0, []
+    while True:
+        r = np.asarray(inputs.target_probs[node], dtype=np.float64)  # (V,)
+        for child in inputs.children(node):
+            x = inputs.tokens[child]
+            q = np.asarray(inputs.draft_probs[child], dtype=np.float64)  # (V,)
+            if rng.bernoulli(min(1.0, r[x] / q[x])):
+                out.append(x)
+                node = child
+                break
+            residual = np.maximum(r - q, 0.0)  # (V,)
+            r = residual / residual.sum()
+        else:
+            return out + [rng.categorical(r)]
+
+
+def test_default_tree_cases_catch_the_unconditional_q_bug() -> None:
+    """The built-in without-replacement tree cases include V = 5, where the bug shows (with
+    V = 2 the second sibling is forced and the bug cannot change the law)."""
+    report = check_tree_verifier(_unconditional_q_tree_verifier, families=["without_replacement"])
+    assert report.verdict == "NOT LOSSLESS", report
+    assert report.failing_cases and all("V5" in c for c in report.failing_cases)

@@ -231,10 +231,12 @@ def _tree_specs() -> list[tuple[str, DraftSpec]]:
 def tree_cases(*, exact: bool = False, seed: int = DEFAULT_SEED) -> list[TreeCase]:
     """The tree cases `check_tree_verifier` runs: chains, siblings drawn independently (with
     replacement) from one or from two draft models (mixed draft levels), siblings drawn without
-    replacement, and deterministic (top-k) children, on V = 2 and 3, smallest first."""
+    replacement, and deterministic (top-k) children, on V = 2, 3 and 5, smallest first. V = 5 is
+    there for the without-replacement rule: with V = 2 the second sibling is forced, and small
+    vocabularies can hide the unconditional-q bug (docs/oracle.md)."""
     gen = np.random.default_rng(seed + 1)
     cases = []
-    for vocab in (2, 3):
+    for vocab in (2, 3, 5):
         for family, spec in _tree_specs():
             logits = [gen.normal(0.0, 1.5, size=(3, vocab)) for _ in range(3)]
             models = [
