@@ -164,9 +164,9 @@ class StepDrafter:
         """[root token, drafted tokens down to `node`]: what a draft is fed to continue `node`."""
         return [self.tree.token(0)] + [self.tree.token(i) for i in self.tree.path_to(node)]
 
-    def _charge(self, name: str, start: float) -> None:
+    def _charge(self, name: str, start: float, calls: int = 1) -> None:
         self.spent[name] = self.spent.get(name, 0.0) + self.clock() - start
-        self.calls[name] = self.calls.get(name, 0) + 1
+        self.calls[name] = self.calls.get(name, 0) + calls
 
     def _add(
         self, parent: int, token: int, rule: ChildRule, q: np.ndarray | None, info: NodeInfo
@@ -180,9 +180,11 @@ class StepDrafter:
         """The draft `level`'s logits (V,) for the token after `node`."""
         if self.runner is None:
             raise ValueError("this step has no draft runner (no model draft levels)")
-        start = self.clock()
+        start, forwards = self.clock(), self.runner.forwards
         rows = self.runner.logits(self.levels[level], self.path_tokens(node))  # (len(path), V)
-        self._charge(level, start)
+        # A call answered from the runner's stored logits is not a forward: it must not halve
+        # the per-forward cost DyTC learns.
+        self._charge(level, start, calls=self.runner.forwards - forwards)
         return rows[-1]  # (V,)
 
     def propose_children(self, level: str, node: int, count: int) -> list[tuple[int, float]]:
@@ -257,14 +259,18 @@ class StepDrafter:
         repeated), as far as the cache has room: the verify cost curve DyTC starts from."""
         if self.runner is None:
             return {}
+        model, cache, base = self.runner.model, self.runner.cache, self.runner.base
         seconds = {}
         for size in sizes:
             if size > self.room(0) + 1:
                 break
+            tokens = torch.full((1, size), self.tree.token(0), device=cache.k.device)  # (1, T)
+            positions = torch.arange(base, base + size, device=cache.k.device)[None]  # (1, T)
             start = self.clock()
-            self.runner.logits(ExecutionPlan(), [self.tree.token(0)] * size)
+            with torch.no_grad():
+                model.forward(tokens, positions, cache=cache)
             seconds[size] = self.clock() - start
-            self.runner.release()  # scratch rows go; the next size is timed from scratch
+            cache.truncate(base)  # scratch rows go; the verified prefix is untouched
         return seconds
 
     # -- free drafts: prompt lookup and recycled tokens --------------------------------------
