@@ -1,6 +1,6 @@
 """DSIA: the target model as a family of virtual draft models, plus prompt lookup.
 
-Scope: docs/method.md §2 and issue 4. Reading order:
+Scope: docs/method.md §2. Reading order:
 - `layer_sparsity`, `early_exit`, `act_quant`, `precision`: one strategy each, each a builder
   of `casspec_ref.plan.ExecutionPlan` (strategies are data, read by the model in one place);
 - `compose`: Mixing / Scaling / Replacing and named hierarchies (the seed article's L1/L2/L3);

@@ -18,19 +18,18 @@ Two paths computing the same thing (they agree to float rounding; a test checks 
     (``torch.ops.quantized.linear_dynamic`` on a prepacked per-channel weight), called once per
     token row so that the activation scale is per token. Its activation quantization is
     *asymmetric* (affine uint8 over the row's [min, max]), not the readable path's symmetric
-    absmax: the two agree closely, not bit for bit (tested; measured in docs/dsia.md). Measured
-    here (1 thread, one token): 576->1536 in 27 us vs 155 us fp32, the 49152-row head in
-    1.2 ms vs 5.5 ms.
+    absmax: the two agree closely, not bit for bit (tested; measured in docs/dsia.md), and the
+    kernel reads a quarter of the bytes of fp32 (timings in docs/dsia.md).
   - ``"int_mm"`` (CUDA default; also runs on CPU): ``torch._int_mm`` int8 x int8 -> int32, then
-    ``* scale_x * scale_w``: exactly the readable path's math. On this CPU it is barely faster
-    than fp32 for one row (the head: 5.2 ms vs 5.1 ms), so it is not the CPU default.
+    ``* scale_x * scale_w``: exactly the readable path's math. On the CPUs measured it was
+    barely faster than fp32 for one row (docs/dsia.md), so it is not the CPU default.
   Choose it per forward by picking the plan.
 
 Error bound (tested): for a row with absmax ``m`` and ``qmax = 2**(bits-1) - 1``, every element
 of ``fake_quant_absmax`` is within ``m / (2 * qmax)`` of the input (half a quantization step).
 
-Deviations and notes: the probe in the issue used PyTorch's dynamic quantization (per-*tensor*
-activation scale), which kept ~0.45 argmax agreement on SmolLM2; per-*token* scales are the form
+Deviations and notes: PyTorch's dynamic quantization with a per-*tensor* activation scale kept
+only ~0.45 argmax agreement on SmolLM2 (docs/smollm2.md); per-*token* scales are the form
 docs/method.md names and are what we implement; which linears to quantize is the ``names`` /
 ``layers`` selection (the MLP down projection sees the widest activation range). 4-bit uses the
 same symmetric absmax rule; per-token 4-bit is coarse, so ``group_size`` (e.g. 32) is offered.

@@ -1,7 +1,7 @@
 """Scoring a draft plan along a fixed trajectory as it would run inside speculative decoding.
 
 Scope: the measurement behind SWIFT's "matchness" (docs/method.md §2) and the alpha of the DSIA
-table (issue 4, item 6). During speculative decoding a draft proposing the token at position
+table (docs/dsia.md). During speculative decoding a draft proposing the token at position
 ``t + 1`` reads the *target's* K/V for positions ``<= t - 1`` and its own for the token it feeds.
 `TeacherForced` reproduces exactly that for every position of a trajectory in one forward:
 

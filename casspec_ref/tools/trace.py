@@ -1,6 +1,6 @@
 """The visual trace: each speculative step's token tree, colored by the draft that proposed it.
 
-Scope: issue 7 item 4 (``python -m casspec_ref generate --show-tree``) and the tree pictures of
+Scope: ``python -m casspec_ref generate --show-tree`` and the tree pictures of
 the tutorials. It reads what `casspec_ref.speculative.generate_speculative` hands to ``on_step``
 (a `StepTrace`: the drafted `DraftTree`, the draft level of every node, the `VerifyResult`) and
 draws nothing else: it never touches the model, the cache or the random source, so turning the
