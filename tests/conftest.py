@@ -5,6 +5,8 @@ Profiles (select with HYPOTHESIS_PROFILE=...):
   are still generated, only from a fixed seed.
 - ``dev``: fewer examples, for a fast edit-test loop.
 - ``thorough``: many examples, for hunting counterexamples before pinning them with @example.
+- ``mutation``: derandomized with few examples, for `make mutation` (each surviving mutant runs
+  every covering test, so the examples are few; the pinned @example's always run).
 """
 
 import os
@@ -24,5 +26,12 @@ settings.register_profile(
 )
 settings.register_profile(
     "thorough", max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile(
+    "mutation",
+    derandomize=True,
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
