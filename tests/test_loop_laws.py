@@ -322,3 +322,52 @@ def test_drafting_mutants_are_caught(mutant: str, monkeypatch: pytest.MonkeyPatc
         for method in BRANCHING:
             tvs[method], _ = measure(SIBLING_CASE, method, monkeypatch)
     assert min(tvs.values()) > CAUGHT, tvs
+
+
+#: More seeds, full supports, top-k with top-p, 4-5 tokens; minutes per method (make thorough).
+THOROUGH_CASES = (
+    LoopCase("v4-T0.8", vocab=4, seed=5, prompt=PROMPT, n_tokens=4, temperature=0.8),
+    LoopCase("v5-T0.5-k3", vocab=5, seed=13, prompt=PROMPT, n_tokens=4, temperature=0.5, top_k=3),
+    LoopCase("v4-T1.0", vocab=4, seed=21, prompt=(3, 1, 3, 1, 2), n_tokens=4, temperature=1.0),
+    LoopCase(
+        "v5-T0.8-k3-p0.9",
+        vocab=5,
+        seed=17,
+        prompt=PROMPT,
+        n_tokens=5,
+        temperature=0.8,
+        top_k=3,
+        top_p=0.9,
+    ),  # fmt: skip
+    LoopCase(
+        "v5-T0.5-models",
+        vocab=5,
+        seed=23,
+        prompt=PROMPT,
+        n_tokens=3,
+        temperature=0.5,
+        dytc_models_only=True,
+    ),  # fmt: skip
+)
+
+
+@pytest.mark.thorough
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("case", THOROUGH_CASES, ids=lambda case: case.name)
+def test_loop_law_thorough(method: str, case: LoopCase, monkeypatch: pytest.MonkeyPatch) -> None:
+    tv, coverage = measure(case, method, monkeypatch)
+    assert tv < TOLERANCE, f"{method} on {case.name}: total variation {tv}"
+    assert coverage.max_tree >= 2
+
+
+@pytest.mark.thorough
+@pytest.mark.parametrize("mutant", sorted(MUTANTS))
+@pytest.mark.parametrize("seed", [29, 31, 37])
+def test_drafting_mutants_are_caught_on_more_seeds(
+    mutant: str, seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    case = LoopCase(f"v4-T0.5-s{seed}", 4, seed, PROMPT, 3, 0.5)
+    with monkeypatch.context() as patch:
+        patch.setattr(StepDrafter, "propose_children", MUTANTS[mutant])
+        tvs = {method: measure(case, method, monkeypatch)[0] for method in BRANCHING}
+    assert max(tvs.values()) > CAUGHT, tvs
