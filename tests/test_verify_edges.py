@@ -130,14 +130,14 @@ def test_bad_target_laws_are_named():
 
 def test_object_laws_of_ints_and_floats_are_made_exact():
     """Object arrays whose entries are not all `Fraction` (ints, binary floats) are converted
-    to `Fraction`, so the law stays exact."""
+    to `Fraction`, so the arithmetic stays exact: 0.5 / 0.75 is exactly 2/3 here, which float
+    division would round."""
     tree = DraftTree(0)
-    tree.add_child(0, 0, ChildRule.INDEPENDENT, np.array([0.5, 0.5], dtype=object))
-    p = np.array([0.25, 0.75], dtype=object)
+    tree.add_child(0, 1, ChildRule.INDEPENDENT, np.array([0.25, 0.75], dtype=object))
+    p = np.array([0.5, 0.5], dtype=object)
     got = emitted_law(tree, [p, np.array([0, 1], dtype=object)])
-    # Accept token 0 with (1/4) / (1/2); on rejection the residual is norm(0, 1/4) = (0, 1).
-    assert got == {(0, 1): F(1, 2), (1,): F(1, 2)}
-    assert all(type(v) is F for v in got.values())
+    # Accept token 1 with 0.5 / 0.75 = 2/3; on rejection the residual is norm(1/4, 0) = (1, 0).
+    assert got == {(1, 1): F(2, 3), (0,): F(1, 3)}
 
 
 def test_one_dimensional_tensors_and_float32_laws_are_read_in_float64():
@@ -149,9 +149,20 @@ def test_one_dimensional_tensors_and_float32_laws_are_read_in_float64():
 
     def law_of(p, q, second):  # type: ignore[no-untyped-def]
         tree = DraftTree(0)
-        tree.add_child(0, 1, ChildRule.INDEPENDENT, q64)
+        tree.add_child(0, 1, ChildRule.INDEPENDENT, q)
         return exact_law(lambda rng: verify_tree(tree, [p, second], rng).emitted)
 
     want = law_of(p64, q64, p64)
     assert law_of(p32, q32, p32) == want
-    assert law_of(p32.numpy(), q32, p32.numpy()) == want
+    # float32 numpy arrays too (the arithmetic in float32 would round differently).
+    assert law_of(p32.numpy(), q32.numpy(), p32.numpy()) == want
+
+
+def test_bad_laws_of_later_nodes_and_tensors_are_named():
+    tree = DraftTree(0)
+    tree.add_child(0, 1, ChildRule.DETERMINISTIC)
+    # p(1) = 1 accepts node 1 for sure; its law is then read and refused.
+    with pytest.raises(ValueError, match=r"^target law of node 1 must sum to 1"):
+        verify_tree(tree, [np.array([0.0, 1.0]), np.array([0.5, 0.4])], TorchRandomSource(0))
+    with pytest.raises(ValueError, match=r"^target_probs tensor must be \(N, V\), got \(2,\)$"):
+        verify_tree(DraftTree(0), torch.tensor([0.5, 0.5]), TorchRandomSource(0))
