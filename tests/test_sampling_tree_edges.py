@@ -150,5 +150,35 @@ def test_masks_are_boolean_and_a_zero_prefix_is_allowed():
 def test_draft_laws_must_be_one_dimensional_and_may_have_one_entry():
     tree = DraftTree(0)
     tree.add_child(0, 0, ChildRule.INDEPENDENT, np.array([1.0]))  # a one-token vocabulary
-    with pytest.raises(ValueError, match="must be a non-empty 1-D array"):
+    message = r"^a draft law must be a non-empty 1-D array, got shape \(1, 1\)$"
+    with pytest.raises(ValueError, match=message):
         tree.add_child(0, 0, ChildRule.INDEPENDENT, np.ones((1, 1)))
+    # Other dtypes are stored as float64.
+    node = tree.add_child(0, 1, ChildRule.INDEPENDENT, np.array([0.5, 0.5], dtype=np.float32))
+    assert tree.draft_probs(node).dtype == np.float64
+
+
+def test_tree_arguments_are_checked_with_exact_messages():
+    token = r"^a token must be a non-negative integer id, got "
+    for bad in (1.5, True, -1):
+        with pytest.raises(ValueError, match=token):
+            DraftTree(bad)  # type: ignore[arg-type]
+    tree = DraftTree(0)
+    assert tree.parent(0) == -1 and tree.depth(0) == 0
+    with pytest.raises(
+        ValueError, match=r"^parent must be an existing node index in \[0, 1\), got 1$"
+    ):
+        tree.add_child(1, 0, ChildRule.DETERMINISTIC)
+    with pytest.raises(
+        ValueError, match=r"^DETERMINISTIC children carry no draft law; pass draft_probs=None$"
+    ):
+        tree.add_child(0, 0, ChildRule.DETERMINISTIC, np.array([1.0, 0.0]))
+    with pytest.raises(ValueError, match=r"^token 2 is outside the draft law's vocabulary$"):
+        tree.add_child(0, 2, ChildRule.INDEPENDENT, np.array([0.5, 0.5]))
+    tree.add_child(0, 0, ChildRule.WITHOUT_REPLACEMENT, np.array([0.5, 0.5]))
+    shared = (
+        r"^WITHOUT_REPLACEMENT siblings must share the one unconditional law q they were drawn "
+        r"from$"
+    )
+    with pytest.raises(ValueError, match=shared):
+        tree.add_child(0, 1, ChildRule.WITHOUT_REPLACEMENT, np.array([0.25, 0.75]))
