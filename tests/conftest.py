@@ -5,11 +5,14 @@ Profiles (select with HYPOTHESIS_PROFILE=...):
   are still generated, only from a fixed seed.
 - ``dev``: fewer examples, for a fast edit-test loop.
 - ``thorough``: many examples, for hunting counterexamples before pinning them with @example.
+- ``mutation``: derandomized with few examples, for `make mutation` (each surviving mutant runs
+  every covering test, so the examples are few; the pinned @example's always run).
 """
 
 import os
 
-from hypothesis import HealthCheck, settings
+import pytest
+from hypothesis import HealthCheck, Phase, settings
 
 # Tests never time anything: the per-machine kernel table is not measured at model load, the
 # default forms run (tests/test_kernels.py installs fixed tables explicitly).
@@ -29,4 +32,27 @@ settings.register_profile(
 settings.register_profile(
     "thorough", max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
+settings.register_profile(
+    "mutation",
+    derandomize=True,
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],  # no shrinking: a failure is enough
+)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--thorough", action="store_true", help="also run the tests marked thorough (long)"
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--thorough"):
+        return
+    skip = pytest.mark.skip(reason="long; runs with --thorough (make thorough)")
+    for item in items:
+        if "thorough" in item.keywords:
+            item.add_marker(skip)

@@ -20,11 +20,14 @@ from fractions import Fraction
 import numpy as np
 import pytest
 from test_verify_properties import (
+    CHAIN2,
+    DET_TOP2,
     DISJOINT,
     DUPLICATE_DETERMINISTIC,
     MIXED_TREE,
+    THREE_WOR,
+    TWO_DRAFT_LEVELS,
     WOR_SUBTLE,
-    Scenario,
 )
 
 from casspec_ref.proof import (
@@ -112,7 +115,9 @@ def mutant_verifier(bug: str) -> TreeVerifier:
                     draft[token] = 1
                 elif rule is WOR and bug != "unconditional_q":
                     draft = tree.draft_probs(child).copy()
-                    for earlier in removed:
+                    # The "wor_last_sibling_only" bug forgets all but the latest earlier sibling.
+                    earlier_siblings = removed[-1:] if bug == "wor_last_sibling_only" else removed
+                    for earlier in earlier_siblings:
                         draft[earlier] = 0
                     draft = _normalized(draft)
                 else:
@@ -197,26 +202,9 @@ def greedy_draft_softmax_q_verifier(draft: ToyLM, context: tuple[int, ...]) -> T
 
 # --- The battery -------------------------------------------------------------------------------
 
-CHAIN2 = Scenario(
-    vocab=3,
-    target=((2, 1, 1), (1, 3, 0), (1, 1, 1)),
-    drafts=(((1, 2, 1), (2, 0, 1)),),
-    spec=DraftSpec(IND, (ChildSpec(then=DraftSpec(IND, (ChildSpec(),))),)),
-)
-TWO_DRAFT_LEVELS = Scenario(
-    vocab=3,
-    target=((3, 1, 2), (0, 1, 1)),
-    drafts=(((1, 1, 1),), ((2, 1, 0),)),
-    spec=DraftSpec(IND, (ChildSpec(draft=0), ChildSpec(draft=1))),
-)
-DET_TOP2 = Scenario(
-    vocab=4,
-    target=((1, 2, 3, 2), (4, 1, 0, 1)),
-    drafts=(((1, 1, 3, 1),),),
-    spec=DraftSpec(DET, (ChildSpec(rank=0), ChildSpec(rank=1))),
-)
 EXACT_BATTERY = [
     WOR_SUBTLE,
+    THREE_WOR,
     DUPLICATE_DETERMINISTIC,
     MIXED_TREE,
     DISJOINT,
@@ -290,6 +278,7 @@ RULE_MUTANTS = [
     "unnormalized_residual",
     "rejected_deterministic_kept",
     "in_place",
+    "wor_last_sibling_only",
 ]
 
 
@@ -313,6 +302,16 @@ def test_unconditional_q_error_is_small_but_caught():
     target, drafts = WOR_SUBTLE.models(exact=True)
     tv = _tv(target, drafts, WOR_SUBTLE.spec, mutant_verifier("unconditional_q"), exact=True)
     assert CAUGHT < tv < 0.05
+
+
+def test_third_sibling_bug_needs_three_siblings():
+    """Removing only the latest earlier sibling from q is right for two siblings and wrong for
+    three: only the pinned THREE_WOR scenario sees it."""
+    for scenario, caught in ((WOR_SUBTLE, False), (THREE_WOR, True)):
+        target, drafts = scenario.models(exact=True)
+        verifier = mutant_verifier("wor_last_sibling_only")
+        tv = _tv(target, drafts, scenario.spec, verifier, exact=True)
+        assert (tv > CAUGHT) is caught, (scenario, tv)
 
 
 def test_raw_draft_q_is_caught():

@@ -1,0 +1,373 @@
+"""Whole-loop exact laws for every method, on cases chosen so that sibling bugs can show.
+
+`generate_speculative` runs as in production (drafts, tree, one target forward, `verify_tree`,
+KV commits, DyTC); only the coins come from `exact_law`'s enumerating source, and DyTC's clock
+is driven by the model's forwards (`_TimedModel` of tests/test_speculative_law.py). The exact law
+of the emitted tokens must equal the law of plain AR sampling (`generate_ar` under the same
+enumeration) within 1e-12 in total variation, for every method x case of the matrix below.
+
+A law test only sees the bugs its cases exercise. Earlier, one case (vocabulary 3) had one-hot
+residuals after every rejection, so two drafting bugs passed with a total variation of 1e-16.
+Here a recording wrapper around the loop's verifier checks, over all enumerated paths, that the
+cases exercise what they claim:
+- ``sampled_siblings``: some step has >= 2 siblings drawn from a draft law (rules 2 and 3);
+- ``sibling_residual``: some later sibling is tested against a residual with >= 2 tokens of
+  support (so the law it is tested with matters);
+- ``final_residual``: some residual drawn from after a rejection has >= 2 tokens of support;
+- ``accepted2``: some step accepts >= 2 drafted tokens.
+The same matrix runs two drafting mutants of `StepDrafter.propose_children` (monkeypatched):
+without-replacement siblings declared INDEPENDENT, and later siblings drawn from the raw softmax
+while the processed q is recorded. Both must be caught (total variation > 1e-9).
+
+Cost: every enumerated path re-runs the whole generation, so cases stay small (vocabulary 4-5,
+3-5 tokens, top-k/top-p shrinking supports where 5 tokens are wanted). The larger matrix is
+marked slow (`make thorough`).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from test_speculative_law import DRAFTS, _model, _TimedModel
+
+import casspec_ref.speculative as speculative
+from casspec_ref.cascades import ScheduleOptions, StepDrafter
+from casspec_ref.dytc import PLD, DyTCConfig, DyTCPolicy
+from casspec_ref.generate import generate_ar
+from casspec_ref.proof import oracle
+from casspec_ref.sampling import RandomSource
+from casspec_ref.tree import ChildRule, DraftTree
+
+TOLERANCE = 1e-12
+CAUGHT = 1e-9
+
+#: Trees stay small: a chain of 2, a static tree of 2 sampled siblings then 1, DyTC up to 4 nodes
+#: with 2 siblings where a model draft expands a leaf.
+SCHEDULE = ScheduleOptions(
+    chain_k=2, pld_k=3, hc_split=1, static_branching=(2, 1), swift_threshold=0.3, swift_max_depth=2
+)
+DYTC = DyTCConfig(warmup=0, max_tree_size=4, max_k=2, siblings=2)
+METHODS = ("pld", "chain", "vc", "hc", "vchc", "swift-tree", "static-tree", "cas-spec")
+#: Methods whose trees have sampled siblings (the others draft chains).
+BRANCHING = ("swift-tree", "static-tree", "cas-spec")
+
+
+@dataclass(frozen=True)
+class LoopCase:
+    """One model and sampling setting; ``n_tokens`` tokens are enumerated."""
+
+    name: str
+    vocab: int
+    seed: int
+    prompt: tuple[int, ...]
+    n_tokens: int
+    temperature: float
+    top_k: int = 0
+    top_p: float = 1.0
+    #: DyTC only: force the prompt-lookup estimate to 0 so that the model levels (with their
+    #: sampled siblings) draft.
+    dytc_models_only: bool = False
+
+    @property
+    def sampling(self) -> dict[str, Any]:
+        return {"temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p}
+
+
+@dataclass
+class Coverage:
+    """What the enumerated paths exercised (the max over every step of every path)."""
+
+    steps: int = 0
+    max_tree: int = 1
+    sampled_siblings: int = 0
+    sibling_residual: int = 0
+    final_residual: int = 0
+    max_accepted: int = 0
+    outcomes: int = 0
+
+    def merge(self, other: Coverage) -> None:
+        for name in ("steps", "outcomes"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for name in ("max_tree", "sampled_siblings", "sibling_residual", "final_residual"):
+            setattr(self, name, max(getattr(self, name), getattr(other, name)))
+        self.max_accepted = max(self.max_accepted, other.max_accepted)
+
+    def claims(self) -> dict[str, bool]:
+        return {
+            "sampled_siblings": self.sampled_siblings >= 2,
+            "sibling_residual": self.sibling_residual >= 2,
+            "final_residual": self.final_residual >= 2,
+            "accepted2": self.max_accepted >= 2,
+        }
+
+
+def _residual_supports(tree: DraftTree, laws: np.ndarray, decisions) -> Iterator[tuple[str, int]]:
+    """For every rejection, the support size of the residual that was used next: ("sibling", n)
+    when a later sibling was tested against it, ("final", n) when the next token was drawn from
+    it. Computed here from the rules (docs/method.md §5), independently of verify.py."""
+    by_parent: dict[int, list[tuple[int, bool]]] = {}
+    for child, accepted in decisions:
+        by_parent.setdefault(tree.parent(child), []).append((child, accepted))
+    for parent, tested in by_parent.items():
+        residual = np.array(laws[parent], dtype=np.float64)
+        rule = tree.child_rule(parent)
+        removed: list[int] = []
+        for i, (child, accepted) in enumerate(tested):
+            if accepted:
+                break
+            token = tree.token(child)
+            if rule is ChildRule.DETERMINISTIC:
+                q = np.zeros_like(residual)
+                q[token] = 1.0
+            else:
+                q = np.array(tree.draft_probs(child), dtype=np.float64)
+                if rule is ChildRule.WITHOUT_REPLACEMENT:
+                    q[removed] = 0.0
+                    q = q / q.sum()
+            removed.append(token)
+            excess = np.maximum(residual - q, 0.0)
+            if excess.sum() > 0:
+                residual = excess / excess.sum()
+            support = int(np.count_nonzero(residual > 1e-12))
+            yield ("sibling" if i + 1 < len(tested) else "final"), support
+
+
+def _recording_verifier(coverage: Coverage) -> Callable[..., Any]:
+    real = speculative.verify_tree
+
+    def verify(tree: DraftTree, target_probs: np.ndarray, rng: RandomSource, **kw: Any) -> Any:
+        result = real(tree, target_probs, rng, **kw)
+        coverage.steps += 1
+        coverage.max_tree = max(coverage.max_tree, len(tree))
+        coverage.max_accepted = max(coverage.max_accepted, len(result.accepted))
+        for node in range(len(tree)):
+            if tree.child_rule(node) in (ChildRule.INDEPENDENT, ChildRule.WITHOUT_REPLACEMENT):
+                siblings = len(tree.children(node))
+                coverage.sampled_siblings = max(coverage.sampled_siblings, siblings)
+        for kind, support in _residual_supports(tree, target_probs, result.decisions):
+            if kind == "sibling":
+                coverage.sibling_residual = max(coverage.sibling_residual, support)
+            else:
+                coverage.final_residual = max(coverage.final_residual, support)
+        return result
+
+    return verify
+
+
+def _warm_policy(model: _TimedModel, case: LoopCase) -> DyTCPolicy:
+    """A DyTC policy that has timed the target and every draft in one earlier generation, so
+    that DyTC drafts trees from the first step of the enumerated generations."""
+    policy = DyTCPolicy([plan.name for plan in DRAFTS], DYTC)
+    model.clock.now = 0.0
+    speculative.generate_speculative(
+        model, list(case.prompt), 12, method="cas-spec", seed=0, drafts=DRAFTS, policy=policy,
+        clock=model.clock, **case.sampling,
+    )  # fmt: skip
+    if case.dytc_models_only:
+        policy.alpha[PLD].alpha = 0.0
+    return policy
+
+
+def loop_law(model: _TimedModel, case: LoopCase, method: str) -> oracle.Law:
+    """The exact law of the first ``case.n_tokens`` tokens of `generate_speculative`."""
+    warm = _warm_policy(model, case) if method == "cas-spec" else None
+
+    def run(rng: RandomSource) -> tuple[int, ...]:
+        model.clock.now = 0.0
+        result = speculative.generate_speculative(
+            model, list(case.prompt), case.n_tokens, method=method, rng=rng, drafts=DRAFTS,
+            # A fresh copy per enumerated path: the function must not depend on earlier paths.
+            policy=copy.deepcopy(warm), dytc=DYTC, schedule=SCHEDULE, clock=model.clock,
+            **case.sampling,
+        )  # fmt: skip
+        return tuple(result.tokens)
+
+    return oracle.exact_law(run)
+
+
+def ar_law(model: _TimedModel, case: LoopCase) -> oracle.Law:
+    def run(rng: RandomSource) -> tuple[int, ...]:
+        result = generate_ar(model, list(case.prompt), case.n_tokens, rng=rng, **case.sampling)
+        return tuple(result.tokens)
+
+    return oracle.exact_law(run)
+
+
+def measure(case: LoopCase, method: str, monkeypatch: pytest.MonkeyPatch) -> tuple[float, Coverage]:
+    """(total variation from the AR law, coverage) of one method x case."""
+    model = _model(vocab=case.vocab, seed=case.seed)
+    want = ar_law(model, case)
+    coverage = Coverage()
+    with monkeypatch.context() as patch:
+        patch.setattr(speculative, "verify_tree", _recording_verifier(coverage))
+        got = loop_law(model, case, method)
+    coverage.outcomes = len(got)
+    assert abs(float(sum(got.values())) - 1.0) < 1e-12
+    return float(oracle.total_variation(got, want)), coverage
+
+
+# --- The two drafting mutants ---------------------------------------------------------------
+
+_REAL_PROPOSE = StepDrafter.propose_children
+
+
+def _siblings_declared_independent(self: StepDrafter, level, node, count, estimate_of=None):
+    """Mutant: siblings drawn without replacement, declared INDEPENDENT with the unconditional q
+    (so the verifier tests the second sibling with q instead of q without the first)."""
+    added = _REAL_PROPOSE(self, level, node, count, estimate_of)
+    if self.tree.child_rule(node) is ChildRule.WITHOUT_REPLACEMENT:
+        self.tree.nodes[node].child_rule = ChildRule.INDEPENDENT
+    return added
+
+
+class _RawLaterSiblings:
+    """A random source that draws the 2nd and later categorical of one `propose_children` call
+    from the raw softmax of the draft logits (earlier draws removed), not from the processed law
+    it is handed."""
+
+    def __init__(self, inner: RandomSource, logits: list[torch.Tensor]) -> None:
+        self.inner, self.logits, self.drawn = inner, logits, []  # type: ignore[var-annotated]
+
+    def bernoulli(self, prob):  # type: ignore[no-untyped-def]
+        return self.inner.bernoulli(prob)
+
+    def categorical(self, probs):  # type: ignore[no-untyped-def]
+        if self.drawn:
+            raw = torch.softmax(self.logits[-1].double(), -1).numpy().copy()  # (V,)
+            raw[self.drawn] = 0.0
+            probs = raw / raw.sum()
+        token = int(self.inner.categorical(probs))
+        self.drawn.append(token)
+        return token
+
+
+def _later_siblings_from_raw_softmax(self: StepDrafter, level, node, count, estimate_of=None):
+    """Mutant: later siblings drawn from the raw softmax while the processed q is recorded."""
+    logits: list[torch.Tensor] = []
+    real_logits = self.draft_logits
+
+    def capture(level_: str, node_: int) -> torch.Tensor:
+        row = real_logits(level_, node_)
+        logits.append(row)
+        return row
+
+    inner = self.rng
+    self.rng = _RawLaterSiblings(inner, logits)  # type: ignore[assignment]
+    self.draft_logits = capture  # type: ignore[method-assign]
+    try:
+        return _REAL_PROPOSE(self, level, node, count, estimate_of)
+    finally:
+        self.rng = inner
+        del self.draft_logits
+
+
+MUTANTS = {
+    "wor_declared_independent": _siblings_declared_independent,
+    "later_siblings_raw_softmax": _later_siblings_from_raw_softmax,
+}
+
+
+# --- The matrix -----------------------------------------------------------------------------
+
+PROMPT = (0, 1, 2, 0, 1)
+#: Full support at T = 0.5 (residuals keep >= 2 tokens: sibling bugs show); 5 tokens with top-k
+#: 2; top-p 0.8 at T = 0.8 with 4 tokens (deep enough to accept 2 drafted tokens).
+CASES = (
+    LoopCase("v5-T0.5", vocab=5, seed=11, prompt=PROMPT, n_tokens=3, temperature=0.5),
+    LoopCase("v5-T1.0-k2", vocab=5, seed=3, prompt=PROMPT, n_tokens=5, temperature=1.0, top_k=2),
+    LoopCase(
+        "v4-T0.8-p0.8", vocab=4, seed=7, prompt=PROMPT, n_tokens=4, temperature=0.8, top_p=0.8
+    ),
+)
+#: The case on which the drafting mutants are measured (no top-k: raw softmax and processed q
+#: differ only through the temperature, and enumeration stays small).
+SIBLING_CASE = CASES[0]
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_loop_law_equals_ar_and_exercises_what_it_claims(
+    method: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every case: TV < 1e-12 from the AR law. Over the cases: >= 5 tokens somewhere, some
+    step accepting >= 2 drafts, some residual drawn from after a rejection with >= 2 tokens of
+    support; for the branching methods also >= 2 sampled siblings tested against a residual with
+    >= 2 tokens of support."""
+    seen = Coverage()
+    for case in CASES:
+        tv, coverage = measure(case, method, monkeypatch)
+        assert tv < TOLERANCE, f"{method} on {case.name}: total variation {tv}"
+        assert coverage.max_tree >= 2, f"{method} on {case.name}: no tree was drafted"
+        seen.merge(coverage)
+    assert max(case.n_tokens for case in CASES) >= 5
+    claims = seen.claims()
+    assert claims["accepted2"], f"{method}: no step accepted 2 drafted tokens"
+    assert claims["final_residual"], f"{method}: every residual drawn from was one-hot"
+    if method in BRANCHING:
+        assert claims["sampled_siblings"], f"{method}: no step had 2 sampled siblings"
+        assert claims["sibling_residual"], f"{method}: later siblings met one-hot residuals only"
+
+
+@pytest.mark.parametrize("mutant", sorted(MUTANTS))
+def test_drafting_mutants_are_caught(mutant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each drafting mutant changes the law of every branching method on the sibling case."""
+    tvs = {}
+    with monkeypatch.context() as patch:
+        patch.setattr(StepDrafter, "propose_children", MUTANTS[mutant])
+        for method in BRANCHING:
+            tvs[method], _ = measure(SIBLING_CASE, method, monkeypatch)
+    assert min(tvs.values()) > CAUGHT, tvs
+
+
+#: More seeds, full supports, top-k with top-p, 4-5 tokens; minutes per method (make thorough).
+THOROUGH_CASES = (
+    LoopCase("v4-T0.8", vocab=4, seed=5, prompt=PROMPT, n_tokens=4, temperature=0.8),
+    LoopCase("v5-T0.5-k3", vocab=5, seed=13, prompt=PROMPT, n_tokens=4, temperature=0.5, top_k=3),
+    LoopCase("v4-T1.0", vocab=4, seed=21, prompt=(3, 1, 3, 1, 2), n_tokens=4, temperature=1.0),
+    LoopCase(
+        "v5-T0.8-k3-p0.9",
+        vocab=5,
+        seed=17,
+        prompt=PROMPT,
+        n_tokens=5,
+        temperature=0.8,
+        top_k=3,
+        top_p=0.9,
+    ),  # fmt: skip
+    LoopCase(
+        "v5-T0.5-models",
+        vocab=5,
+        seed=23,
+        prompt=PROMPT,
+        n_tokens=3,
+        temperature=0.5,
+        dytc_models_only=True,
+    ),  # fmt: skip
+)
+
+
+@pytest.mark.thorough
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("case", THOROUGH_CASES, ids=lambda case: case.name)
+def test_loop_law_thorough(method: str, case: LoopCase, monkeypatch: pytest.MonkeyPatch) -> None:
+    tv, coverage = measure(case, method, monkeypatch)
+    assert tv < TOLERANCE, f"{method} on {case.name}: total variation {tv}"
+    assert coverage.max_tree >= 2
+
+
+@pytest.mark.thorough
+@pytest.mark.parametrize("mutant", sorted(MUTANTS))
+@pytest.mark.parametrize("seed", [29, 31, 37])
+def test_drafting_mutants_are_caught_on_more_seeds(
+    mutant: str, seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    case = LoopCase(f"v4-T0.5-s{seed}", 4, seed, PROMPT, 3, 0.5)
+    with monkeypatch.context() as patch:
+        patch.setattr(StepDrafter, "propose_children", MUTANTS[mutant])
+        tvs = {method: measure(case, method, monkeypatch)[0] for method in BRANCHING}
+    assert max(tvs.values()) > CAUGHT, tvs
