@@ -24,7 +24,7 @@ import numpy as np
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from casspec_ref.proof.oracle import (
+from casspec_ref.proof import (
     VECTORS_PATH,
     build_vectors,
     exact_law,

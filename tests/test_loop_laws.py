@@ -37,10 +37,11 @@ import torch
 from test_speculative_law import DRAFTS, _model, _TimedModel
 
 import casspec_ref.speculative as speculative
+from casspec_ref import proof as oracle
 from casspec_ref.cascades import ScheduleOptions, StepDrafter
-from casspec_ref.dytc import PLD, DyTCConfig, DyTCPolicy
+from casspec_ref.dsia.prompt_lookup import PromptLookupConfig
+from casspec_ref.dytc import PLD, RECYCLE, DyTCConfig, DyTCPolicy
 from casspec_ref.generate import generate_ar
-from casspec_ref.proof import oracle
 from casspec_ref.sampling import RandomSource
 from casspec_ref.tree import ChildRule, DraftTree
 
@@ -50,8 +51,9 @@ CAUGHT = 1e-9
 #: Trees stay small: a chain of 2, a static tree of 2 sampled siblings then 1, DyTC up to 4 nodes
 #: with 2 siblings where a model draft expands a leaf.
 SCHEDULE = ScheduleOptions(
-    chain_k=2, pld_k=3, hc_split=1, static_branching=(2, 1), swift_threshold=0.3, swift_max_depth=2
+    chain_k=2, hc_split=1, static_branching=(2, 1), swift_threshold=0.3, swift_max_depth=2
 )
+PLD_CONFIG = PromptLookupConfig(max_proposal=3)
 DYTC = DyTCConfig(warmup=0, max_tree_size=4, max_k=2, siblings=2)
 METHODS = ("pld", "chain", "vc", "hc", "vchc", "swift-tree", "static-tree", "cas-spec")
 #: Methods whose trees have sampled siblings (the others draft chains).
@@ -170,7 +172,7 @@ def _warm_policy(model: _TimedModel, case: LoopCase) -> DyTCPolicy:
         clock=model.clock, **case.sampling,
     )  # fmt: skip
     if case.dytc_models_only:
-        policy.alpha[PLD].alpha = 0.0
+        policy.alpha[PLD].alpha = policy.alpha[RECYCLE].alpha = 0.0
     return policy
 
 
@@ -183,8 +185,8 @@ def loop_law(model: _TimedModel, case: LoopCase, method: str) -> oracle.Law:
         result = speculative.generate_speculative(
             model, list(case.prompt), case.n_tokens, method=method, rng=rng, drafts=DRAFTS,
             # A fresh copy per enumerated path: the function must not depend on earlier paths.
-            policy=copy.deepcopy(warm), dytc=DYTC, schedule=SCHEDULE, clock=model.clock,
-            **case.sampling,
+            policy=copy.deepcopy(warm), dytc=DYTC, schedule=SCHEDULE, pld=PLD_CONFIG,
+            clock=model.clock, **case.sampling,
         )  # fmt: skip
         return tuple(result.tokens)
 
@@ -217,10 +219,10 @@ def measure(case: LoopCase, method: str, monkeypatch: pytest.MonkeyPatch) -> tup
 _REAL_PROPOSE = StepDrafter.propose_children
 
 
-def _siblings_declared_independent(self: StepDrafter, level, node, count, estimate_of=None):
+def _siblings_declared_independent(self: StepDrafter, level, node, count):
     """Mutant: siblings drawn without replacement, declared INDEPENDENT with the unconditional q
     (so the verifier tests the second sibling with q instead of q without the first)."""
-    added = _REAL_PROPOSE(self, level, node, count, estimate_of)
+    added = _REAL_PROPOSE(self, level, node, count)
     if self.tree.child_rule(node) is ChildRule.WITHOUT_REPLACEMENT:
         self.tree.nodes[node].child_rule = ChildRule.INDEPENDENT
     return added
@@ -247,7 +249,7 @@ class _RawLaterSiblings:
         return token
 
 
-def _later_siblings_from_raw_softmax(self: StepDrafter, level, node, count, estimate_of=None):
+def _later_siblings_from_raw_softmax(self: StepDrafter, level, node, count):
     """Mutant: later siblings drawn from the raw softmax while the processed q is recorded."""
     logits: list[torch.Tensor] = []
     real_logits = self.draft_logits
@@ -261,7 +263,7 @@ def _later_siblings_from_raw_softmax(self: StepDrafter, level, node, count, esti
     self.rng = _RawLaterSiblings(inner, logits)  # type: ignore[assignment]
     self.draft_logits = capture  # type: ignore[method-assign]
     try:
-        return _REAL_PROPOSE(self, level, node, count, estimate_of)
+        return _REAL_PROPOSE(self, level, node, count)
     finally:
         self.rng = inner
         del self.draft_logits
@@ -371,3 +373,15 @@ def test_drafting_mutants_are_caught_on_more_seeds(
         patch.setattr(StepDrafter, "propose_children", MUTANTS[mutant])
         tvs = {method: measure(case, method, monkeypatch)[0] for method in BRANCHING}
     assert max(tvs.values()) > CAUGHT, tvs
+
+
+def test_recycled_tokens_loop_law_equals_ar() -> None:
+    """Recycled tokens learn their table from the verify forwards of the same generation, so the
+    method drafts from its third step on: a 6-token case with top-k 2 (a small enumeration)
+    shows drafted recycled tokens, some accepted, and the exact law of plain decoding."""
+    case = LoopCase("v4-T1.0-k2", vocab=4, seed=3, prompt=PROMPT, n_tokens=6, temperature=1.0,
+                    top_k=2)  # fmt: skip
+    with pytest.MonkeyPatch.context() as patch:
+        tv, coverage = measure(case, "recycle", patch)
+    assert tv < TOLERANCE, tv
+    assert coverage.max_tree >= 2 and coverage.max_accepted >= 1, coverage

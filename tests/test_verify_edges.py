@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from casspec_ref.proof.oracle import exact_law
+from casspec_ref.proof import exact_law
 from casspec_ref.sampling import RandomSource, TorchRandomSource
 from casspec_ref.tree import ChildRule, DraftTree
 from casspec_ref.verify import verify_tree
