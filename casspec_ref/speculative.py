@@ -298,11 +298,24 @@ def _count(stats: dict[str, Any], drafter: StepDrafter, result: VerifyResult) ->
         stats["accepted"][source] = stats["accepted"].get(source, 0) + 1
 
 
-def _start(model: Any, prompt: list[int], max_new_tokens: int, method: str,
-           sampling: DraftSampling, rng: RandomSource, stops: frozenset[int],
-           drafts: Hierarchy | Sequence[ExecutionPlan] | None,
-           options: dict[str, Any]) -> Decoding:  # fmt: skip
-    """Build the state of one generation: drafts, schedule, cache, prompt lookup, counters."""
+def start_decoding(
+    model: Any,
+    prompt: list[int],
+    max_new_tokens: int,
+    method: str,
+    sampling: DraftSampling,
+    rng: RandomSource,
+    stops: frozenset[int] = frozenset(),
+    drafts: Hierarchy | Sequence[ExecutionPlan] | None = None,
+    options: dict[str, Any] | None = None,
+) -> Decoding:
+    """Build the state of one generation: drafts, schedule, cache, prompt lookup, counters.
+
+    The arguments are taken as checked (`generate_speculative` checks them first); ``options``
+    are `generate_speculative`'s keyword options (``dytc``, ``schedule``, ``pld``, ``clock``,
+    ``policy``).
+    """
+    options = options or {}
     dytc_config = options.get("dytc", DyTCConfig())
     if options.get("policy") is not None:
         dytc_config = options["policy"].config
@@ -396,8 +409,10 @@ def generate_speculative(
         ar.stats.setdefault("steps", max(0, n - 1))
         return ar
     sampling = DraftSampling(temperature, top_k, top_p)
-    state = _start(model, prompt, max_new_tokens, method, sampling, rng, frozenset(stop_list),
-                   drafts, options)  # fmt: skip
+    stops = frozenset(stop_list)
+    state = start_decoding(
+        model, prompt, max_new_tokens, method, sampling, rng, stops, drafts, options
+    )
     state.on_token, state.on_step = on_token, on_step
     t_start = state.clock()
     with torch.no_grad():

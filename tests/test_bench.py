@@ -164,6 +164,7 @@ def test_sized_methods_sampling_verify_curve_and_dytc_report(tmp_path: Path, tin
     methods = {r["method"] for r in result["records"]}
     assert methods == {"ar", "pld:2", "chain:2", "cas-spec"}
     assert result["settings"]["temperature"] == 0.8 and result["divergences"] == []
+    assert all(r["equal_to_ar"] is None for r in result["records"])  # sampled: not compared
     assert set(result["verify_curve_ms"]) == {str(t) for t in bench.VERIFY_SIZES}
     report = result["dytc"]["cas-spec"]
     assert report["verify_ms"] and {"pld", "recycle"} <= set(report["drafts"])

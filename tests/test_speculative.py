@@ -296,3 +296,25 @@ def test_real_model_greedy_equals_ar() -> None:
                 f"prompt {i} ({method}): first divergence at {pos}, logit gap {gap:.3g}"
             )
     assert not failures, "; ".join(failures)
+
+
+def test_prefill_and_one_step_can_be_called_alone() -> None:
+    """`generate_speculative` is `prefill` plus `speculative_step` in a loop: the two calls,
+    made by hand, give the naive loop's tokens and a cache holding exactly the verified prefix."""
+    from casspec_ref.cascades import DraftSampling
+    from casspec_ref.sampling import TorchRandomSource
+    from casspec_ref.speculative import prefill, speculative_step, start_decoding
+
+    model = _model()
+    prompt = [1, 2, 3, 4, 1, 2, 3, 4, 1, 2]
+    state = start_decoding(
+        model, prompt, 12, "pld", DraftSampling(), TorchRandomSource(0), drafts=_drafts(model),
+        options={"clock": model.clock},
+    )  # fmt: skip
+    prefill(state)
+    assert len(state.tokens) == 1 and state.cache.length == len(prompt)
+    while not state.done:
+        result = speculative_step(state)
+        assert result.emitted and state.cache.length == len(prompt) + len(state.tokens) - 1
+    assert state.tokens == generate_ar(model, prompt, 12).tokens
+    assert state.stats["steps"] < 11  # prompt lookup drafted and some drafts were accepted
