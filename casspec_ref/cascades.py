@@ -145,6 +145,7 @@ class StepDrafter:
         self.spent: dict[str, float] = {}
         self.calls: dict[str, int] = {}
         self._lookups: dict[int, list[int]] = {}
+        self._laws: dict[tuple[str, int], tuple[np.ndarray | None, np.ndarray]] = {}
 
     # -- reading the tree (and the TreeDrafter protocol) -------------------------------------
     def size(self) -> int:
@@ -187,6 +188,24 @@ class StepDrafter:
         self._charge(level, start, calls=self.runner.forwards - forwards)
         return rows[-1]  # (V,)
 
+    def draft_law(
+        self, level: str, node: int, logits: torch.Tensor
+    ) -> tuple[np.ndarray | None, np.ndarray]:
+        """(q, confidence) of draft `level` after `node`, from its `logits` (V,): q is the
+        processed law children are sampled from (None under greedy, where children are the
+        top tokens), confidence the draft's probability of each token (q itself when sampling,
+        its temperature-1 law under greedy). Computed once per level and node: DyTC's width
+        decision and the drafting that follows share them."""
+        key = (level, node)
+        if key not in self._laws:
+            s = self.sampling
+            if s.greedy:
+                self._laws[key] = (None, torch.softmax(logits.double(), -1).numpy())  # (V,)
+            else:
+                q = target_law(logits, s.temperature, s.top_k, s.top_p).numpy()  # (V,) float64
+                self._laws[key] = (q, q)
+        return self._laws[key]
+
     def propose_children(self, level: str, node: int, count: int) -> list[tuple[int, float]]:
         """Add up to `count` children of `node` proposed by model draft `level`; the first one
         continues the chain. Greedy: the top-`count` tokens; sampling: drawn from q without
@@ -196,11 +215,8 @@ class StepDrafter:
         if count < 1 or self.room(node) < 1:
             return []
         logits = self.draft_logits(level, node)  # (V,)
-        s = self.sampling
-        q = target_law(logits, s.temperature, s.top_k, s.top_p).numpy()  # (V,) float64
-        # The draft's own probabilities (temperature 1) serve as its confidence under greedy.
-        confidence = q if not s.greedy else torch.softmax(logits.double(), -1).numpy()  # (V,)
-        if s.greedy:
+        q, confidence = self.draft_law(level, node, logits)
+        if q is None:  # greedy
             tokens = torch.topk(logits, count).indices.tolist()
             rule, law = ChildRule.DETERMINISTIC, None
         else:
@@ -310,11 +326,8 @@ class StepDrafter:
                 return []
             return [p for _, p in self.recycler.alternatives(self.tree.token(node), width)]
         logits = self.draft_logits(draft, node)  # (V,); the runner reuses it in `expand`
-        s = self.sampling
-        if s.greedy:
-            probs = torch.softmax(logits.double(), -1)  # (V,)
-        else:
-            probs = target_law(logits, s.temperature, s.top_k, s.top_p)  # (V,)
+        _, confidence = self.draft_law(draft, node, logits)
+        probs = torch.from_numpy(confidence)  # (V,)
         return torch.topk(probs, min(width, probs.shape[-1])).values.tolist()
 
     def expand(

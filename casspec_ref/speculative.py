@@ -228,9 +228,8 @@ def draft_tree(state: Decoding) -> StepDrafter:
     )  # fmt: skip
     if drafter.max_depth > 0:
         state.schedule.build(drafter)
-    if runner is not None:
-        state.stats["draft_forwards"] += runner.forwards
-        runner.release()  # scratch rows go; the cache holds the verified prefix again
+    state.stats["draft_forwards"] += runner.forwards
+    runner.release()  # scratch rows go; the cache holds the verified prefix again
     elapsed = state.clock() - t0
     state.stats["time_draft_s"] += elapsed
     # Planning: drafting time not spent in draft forwards or lookups (policy, bookkeeping).

@@ -692,7 +692,7 @@ def main(argv: Sequence[str] | None = None, *, model: Any = None, tokenizer: Any
     import torch
 
     args = _parser().parse_args(argv)
-    from casspec_ref.tools.cli import _methods, parse_size
+    from casspec_ref.tools.cli import _check_device, _methods, parse_size
 
     own_methods = list(_methods())
     available = own_methods + list(EXTERNAL_METHODS)
@@ -736,10 +736,9 @@ def main(argv: Sequence[str] | None = None, *, model: Any = None, tokenizer: Any
         memory_budget = parse_size(args.memory_budget, "--memory-budget")
     except ValueError as exc:
         return _error(str(exc))
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        return _error(f"--device {args.device}: CUDA is not available here")
-    if not (args.device == "cpu" or args.device.startswith("cuda")):
-        return _error(f"--device {args.device!r} is not supported: use cpu or cuda")
+    device_problem = _check_device(args.device)
+    if device_problem:
+        return _error(device_problem)
     if args.quick:
         args.runs, args.max_new_tokens = 1, min(args.max_new_tokens, 32)
 
