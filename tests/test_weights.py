@@ -14,6 +14,7 @@ import gguf
 import numpy as np
 import pytest
 import torch
+from hostile_support import gguf_tensors
 
 from casspec_ref.config import ModelConfig, tiny_gpt2, tiny_llama
 from casspec_ref.io import weights
@@ -142,27 +143,6 @@ def _write_gguf(
     writer.close()
 
 
-def _to_gguf_tensors(model: Transformer) -> dict[str, np.ndarray]:
-    """Our state dict -> GGUF names, Q/K rows permuted as llama.cpp's converter does."""
-    c = model.config
-    out: dict[str, np.ndarray] = {}
-    inverse_block = {v: k for k, v in weights._GGUF_BLOCK_NAMES.items()}
-    inverse_global = {v: k for k, v in weights._GGUF_GLOBAL_NAMES.items()}
-    for name, value in model.state_dict().items():
-        value = value.float()
-        if name in inverse_global:
-            out[inverse_global[name]] = value.numpy()
-            continue
-        _, layer, rest = name.split(".", 2)
-        module, suffix = rest.rsplit(".", 1)
-        if module == "attn.q":
-            value = permute_qk_for_gguf(value, c.n_heads)
-        elif module == "attn.k":
-            value = permute_qk_for_gguf(value, c.n_kv_heads)
-        out[f"blk.{layer}.{inverse_block[module]}.{suffix}"] = value.contiguous().numpy()
-    return out
-
-
 # Widths that are multiples of the 32-element quant block, for the quantized files.
 QUANT_CONFIG = tiny_llama(d_model=32, d_ff=64, vocab_size=48, n_layers=2)
 
@@ -232,7 +212,7 @@ def test_gguf_f32_llama_loads_exactly(tmp_path: Path, tied: bool) -> None:
     config = tiny_llama(tie_embeddings=tied)
     source = _model(config, dtype=torch.float32)
     path = tmp_path / "tiny.gguf"
-    _write_gguf(path, config, _to_gguf_tensors(source))
+    _write_gguf(path, config, gguf_tensors(source))
 
     loaded_config, state = load_gguf(path)
     assert loaded_config == config
@@ -267,7 +247,7 @@ def test_gguf_quantized_llama_matches_dequantized_reference(tmp_path: Path) -> N
     gguf's own dequantization of the written blocks (un-permuted by the test)."""
     config = QUANT_CONFIG
     source = _model(config, dtype=torch.float32)
-    tensors = _to_gguf_tensors(source)
+    tensors = gguf_tensors(source)
     types = {n: (Q.Q4_1 if "attn" in n else Q.Q4_0) for n in tensors if n.endswith(".weight")}
     types = {n: t for n, t in types.items() if "norm" not in n}
     types["token_embd.weight"] = Q.Q8_0
@@ -315,7 +295,7 @@ def test_gguf_unknown_architecture(tmp_path: Path) -> None:
 
 def test_gguf_unsupported_quant_type(tmp_path: Path) -> None:
     config = QUANT_CONFIG
-    tensors = _to_gguf_tensors(_model(config, dtype=torch.float32))
+    tensors = gguf_tensors(_model(config, dtype=torch.float32))
     path = tmp_path / "q5.gguf"
     _write_gguf(path, config, tensors, {"blk.0.ffn_up.weight": Q.Q5_0})
     with pytest.raises(ValueError, match=r"blk\.0\.ffn_up\.weight.*Q5_0.*supported"):
@@ -325,7 +305,7 @@ def test_gguf_unsupported_quant_type(tmp_path: Path) -> None:
 def test_gguf_truncated_and_garbage_files(tmp_path: Path) -> None:
     config = tiny_llama()
     path = tmp_path / "ok.gguf"
-    _write_gguf(path, config, _to_gguf_tensors(_model(config, dtype=torch.float32)))
+    _write_gguf(path, config, gguf_tensors(_model(config, dtype=torch.float32)))
     blob = path.read_bytes()
     for label, content in {
         "tail": blob[: len(blob) - 100],
