@@ -76,9 +76,9 @@ thorough: setup
 # survivors; `mutmut show NAME` shows one. Scores and survivors: docs/testing.md.
 MUTATION_WORKERS ?= 2
 MUTATION_NAMES ?= "casspec_ref.verify*" "casspec_ref.sampling*" "casspec_ref.tree*" \
-	"casspec_ref.cascades.x*StepDrafter*propose_children*" \
-	"casspec_ref.cascades.x*StepDrafter*add_chain*" \
-	"casspec_ref.cascades.x*StepDrafter*review*" "casspec_ref.cascades.x*StepDrafter*_add__*"
+	"casspec_ref.draft.x*StepDrafter*propose_children*" \
+	"casspec_ref.draft.x*StepDrafter*add_chain*" \
+	"casspec_ref.draft.x*StepDrafter*review*" "casspec_ref.draft.x*StepDrafter*_add__*"
 mutation: setup
 	$(BIN)/python -m pip install --quiet -e ".[mutation]" torch==2.13.0
 	OMP_NUM_THREADS=1 HYPOTHESIS_PROFILE=mutation $(BIN)/mutmut run \

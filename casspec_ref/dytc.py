@@ -36,7 +36,7 @@ section). Read top to bottom, this module is the algorithm:
    verify and draft timings).
 
 The drafting machinery is abstract here (`TreeDrafter`): the real one runs model drafts and
-prompt lookup (`casspec_ref.cascades.StepDrafter`); the simulator in the tests draws synthetic
+prompt lookup (`casspec_ref.draft.StepDrafter`); the simulator in the tests draws synthetic
 acceptances and costs, and exercises exactly this code. Nothing here touches a model.
 """
 

@@ -2,7 +2,7 @@
 
 Scope: docs/method.md §4 ("verify the whole tree in one target forward ... then compact the KV of
 the accepted path") and §5 (the verifier's contract), for every method of `METHODS`: plain AR,
-prompt lookup only, the baseline cascades and CAS-Spec's DyTC (`casspec_ref.cascades`).
+prompt lookup only, the baseline cascades and CAS-Spec's DyTC (`casspec_ref.schedules`).
 
 One step:
 1. A schedule drafts a `DraftTree` whose root (node 0) is the last committed token, which is not
@@ -36,14 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from casspec_ref.cascades import (
-    DraftSampling,
-    Schedule,
-    ScheduleOptions,
-    ScheduleSpec,
-    StepDrafter,
-    make_schedule,
-)
+from casspec_ref.draft import DraftSampling, StepDrafter
 from casspec_ref.dsia.compose import Hierarchy
 from casspec_ref.dsia.prompt_lookup import PromptLookup, PromptLookupConfig
 from casspec_ref.dsia.recycle import TokenRecycler
@@ -58,6 +51,7 @@ from casspec_ref.generate import (
 from casspec_ref.kv_cache import KVCache
 from casspec_ref.plan import ExecutionPlan
 from casspec_ref.sampling import RandomSource, target_law
+from casspec_ref.schedules import Schedule, ScheduleOptions, ScheduleSpec, make_schedule
 from casspec_ref.tree import DraftTree
 from casspec_ref.verify import VerifyResult, verify_tree
 
@@ -175,7 +169,6 @@ class Decoding:
     sampling: DraftSampling
     rng: RandomSource
     stops: frozenset[int]
-    options: ScheduleOptions
     cache: KVCache
     pld: PromptLookup
     recycler: TokenRecycler | None
@@ -222,7 +215,7 @@ def draft_tree(state: Decoding) -> StepDrafter:
     runner = DraftRunner(state.model, cache)
     drafter = StepDrafter(
         state.tokens[-1], state.pld.tokens, runner, state.pld, state.levels, state.sampling,
-        state.rng, state.options, max_nodes=min(state.max_nodes, room),
+        state.rng, max_nodes=min(state.max_nodes, room),
         max_depth=max(0, min(remaining - 1, room - 1)), clock=state.clock,
         recycler=state.recycler,
     )  # fmt: skip
@@ -324,7 +317,9 @@ def start_decoding(
         raise ValueError("options dytc and schedule must be DyTCConfig and ScheduleOptions")
     levels = _resolve_drafts(model, drafts) if method not in ("pld", "recycle") else ()
     names = [p.name for p in levels]
-    spec = ScheduleSpec(names, model.config.n_layers, dytc_config, options.get("policy"))
+    spec = ScheduleSpec(
+        names, model.config.n_layers, dytc_config, options.get("policy"), sched_options
+    )
     schedule = make_schedule(method, spec)
     max_nodes = dytc_config.max_tree_size if method == "cas-spec" else 64
     total = len(prompt) + max_new_tokens
@@ -340,7 +335,7 @@ def start_decoding(
     recycler = TokenRecycler() if method in ("cas-spec", "recycle") else None
     return Decoding(
         model, prompt, max_new_tokens, schedule, {p.name: p for p in levels}, sampling, rng,
-        stops, sched_options, cache, PromptLookup(prompt, pld_config), recycler, max_nodes,
+        stops, cache, PromptLookup(prompt, pld_config), recycler, max_nodes,
         options.get("clock", time.perf_counter), stats=stats,
     )  # fmt: skip
 

@@ -9,13 +9,13 @@ import os
 import pytest
 import torch
 
-from casspec_ref.cascades import ScheduleOptions
 from casspec_ref.config import tiny_gpt2, tiny_llama
 from casspec_ref.dytc import DyTCConfig, DyTCPolicy
 from casspec_ref.generate import generate_ar
 from casspec_ref.kv_cache import KVCache
 from casspec_ref.model import Transformer, random_init_
 from casspec_ref.plan import ExecutionPlan
+from casspec_ref.schedules import ScheduleOptions
 from casspec_ref.speculative import METHODS, StepTrace, generate_speculative
 
 
@@ -301,7 +301,7 @@ def test_real_model_greedy_equals_ar() -> None:
 def test_prefill_and_one_step_can_be_called_alone() -> None:
     """`generate_speculative` is `prefill` plus `speculative_step` in a loop: the two calls,
     made by hand, give the naive loop's tokens and a cache holding exactly the verified prefix."""
-    from casspec_ref.cascades import DraftSampling
+    from casspec_ref.draft import DraftSampling
     from casspec_ref.sampling import TorchRandomSource
     from casspec_ref.speculative import prefill, speculative_step, start_decoding
 

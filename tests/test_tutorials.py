@@ -20,7 +20,7 @@ from types import ModuleType
 
 import pytest
 
-from casspec_ref import cascades, dytc
+from casspec_ref import dytc, schedules
 from casspec_ref.config import smollm2_135m
 from casspec_ref.io.presets import smollm2_cascade, smollm2_drafts
 
@@ -103,7 +103,7 @@ def test_prose_names_the_default_hierarchy_as_the_code_defines_it():
 
 def test_prose_names_the_chain_draft_level_as_the_code_chooses_it():
     # The chain schedule drafts with the last (most accurate) level of the hierarchy.
-    assert cascades._top(["cheap", "accurate"]) == "accurate"
+    assert schedules._top(["cheap", "accurate"]) == "accurate"
     nb03 = _markdown(TUTORIALS / "03_speculative_sampling_is_exact.ipynb")
     assert (
         "The `chain` method drafts with the last (most accurate) level of SmolLM2's default "

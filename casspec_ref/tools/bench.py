@@ -270,9 +270,9 @@ def _make_runner(
     if method in EXTERNAL_METHODS:
         return _make_hf_runner(method, model, stop_ids)
 
-    from casspec_ref.cascades import ScheduleOptions
     from casspec_ref.dsia.prompt_lookup import PromptLookupConfig
     from casspec_ref.dytc import DyTCPolicy
+    from casspec_ref.schedules import ScheduleOptions
     from casspec_ref.speculative import METHODS, default_drafts, generate_speculative
 
     base, k = parse_method(method, METHODS)

@@ -7,20 +7,15 @@ import numpy as np
 import pytest
 import torch
 
-from casspec_ref.cascades import (
-    DraftSampling,
-    ScheduleOptions,
-    ScheduleSpec,
-    StepDrafter,
-    make_schedule,
-)
 from casspec_ref.config import tiny_llama
+from casspec_ref.draft import DraftSampling, StepDrafter
 from casspec_ref.dsia.prompt_lookup import PromptLookup
 from casspec_ref.dsia.virtual_draft import DraftRunner
 from casspec_ref.kv_cache import KVCache
 from casspec_ref.model import Transformer, random_init_
 from casspec_ref.plan import ExecutionPlan
 from casspec_ref.sampling import TorchRandomSource, target_law
+from casspec_ref.schedules import ScheduleOptions, ScheduleSpec, make_schedule
 from casspec_ref.speculative import generate_speculative
 from casspec_ref.tree import ChildRule
 
@@ -38,14 +33,14 @@ def _model() -> Transformer:
 
 
 def _drafter(
-    model: Transformer, sampling: DraftSampling, options: ScheduleOptions, seed: int = 0
+    model: Transformer, sampling: DraftSampling, seed: int = 0
 ) -> tuple[StepDrafter, KVCache]:
     cache = KVCache(model.config, 128, torch.float64)
     with torch.no_grad():
         model.forward(torch.tensor([CONTEXT[:-1]]), None, cache=cache)
     drafter = StepDrafter(
         CONTEXT[-1], CONTEXT, DraftRunner(model, cache), PromptLookup(CONTEXT), LEVELS, sampling,
-        TorchRandomSource(seed), options, max_nodes=64, max_depth=16,
+        TorchRandomSource(seed), max_nodes=64, max_depth=16,
     )  # fmt: skip
     return drafter, cache
 
@@ -53,7 +48,7 @@ def _drafter(
 def test_lookup_below_the_root_uses_the_one_prompt_lookup() -> None:
     """A node's proposal is the prompt lookup of the committed context plus the path to it."""
     model = _model()
-    drafter, _ = _drafter(model, DraftSampling(), ScheduleOptions())
+    drafter, _ = _drafter(model, DraftSampling())
     node = drafter.add_chain(0, [3, 5], "pld")[-1]
     want = PromptLookup(CONTEXT + [3, 5]).propose(4)
     assert want and drafter.lookup(node, 4) == want
@@ -61,8 +56,9 @@ def test_lookup_below_the_root_uses_the_one_prompt_lookup() -> None:
 
 def test_static_tree_shape_and_greedy_rules() -> None:
     model = _model()
-    drafter, cache = _drafter(model, DraftSampling(), ScheduleOptions(static_branching=(2, 2, 1)))
-    make_schedule("static-tree", ScheduleSpec(list(LEVELS), 3)).build(drafter)
+    drafter, cache = _drafter(model, DraftSampling())
+    options = ScheduleOptions(static_branching=(2, 2, 1))
+    make_schedule("static-tree", ScheduleSpec(list(LEVELS), 3, options=options)).build(drafter)
     tree = drafter.tree
     assert len(tree) == 1 + 2 + 4 + 4
     assert tree.max_depth == 3
@@ -82,8 +78,9 @@ def test_static_tree_shape_and_greedy_rules() -> None:
 def test_sampled_children_declare_the_processed_law_they_were_drawn_from() -> None:
     model = _model()
     sampling = DraftSampling(temperature=0.7, top_k=5, top_p=0.9)
-    drafter, _ = _drafter(model, sampling, ScheduleOptions(static_branching=(3, 1)))
-    make_schedule("static-tree", ScheduleSpec(list(LEVELS), 3)).build(drafter)
+    drafter, _ = _drafter(model, sampling)
+    options = ScheduleOptions(static_branching=(3, 1))
+    make_schedule("static-tree", ScheduleSpec(list(LEVELS), 3, options=options)).build(drafter)
     tree = drafter.tree
     assert tree.child_rule(0) is ChildRule.WITHOUT_REPLACEMENT
     for node in range(1, len(tree)):
@@ -101,8 +98,9 @@ def test_sampled_children_declare_the_processed_law_they_were_drawn_from() -> No
 @pytest.mark.parametrize("method", ["chain", "vc", "hc", "vchc"])
 def test_chain_methods_draft_chain_k_tokens(method: str) -> None:
     model = _model()
-    drafter, _ = _drafter(model, DraftSampling(), ScheduleOptions(chain_k=5))
-    make_schedule(method, ScheduleSpec(list(LEVELS), 3)).build(drafter)
+    drafter, _ = _drafter(model, DraftSampling())
+    options = ScheduleOptions(chain_k=5)
+    make_schedule(method, ScheduleSpec(list(LEVELS), 3, options=options)).build(drafter)
     tree = drafter.tree
     assert tree.max_depth == 5 and len(tree) == 6  # a chain
     sources = {info.source for info in drafter.info[1:]}
@@ -114,7 +112,7 @@ def test_chain_methods_draft_chain_k_tokens(method: str) -> None:
 def test_pld_only_uses_no_model() -> None:
     drafter = StepDrafter(
         CONTEXT[-1], CONTEXT, None, PromptLookup(CONTEXT), {}, DraftSampling(),
-        TorchRandomSource(0), ScheduleOptions(), max_nodes=64, max_depth=16,
+        TorchRandomSource(0), max_nodes=64, max_depth=16,
     )  # fmt: skip
     make_schedule("pld", ScheduleSpec([], 3)).build(drafter)
     assert drafter.tree.tokens[1:] == PromptLookup(CONTEXT).propose(10)
