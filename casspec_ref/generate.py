@@ -107,9 +107,11 @@ def check_generation_args(
     top_k: int,
     top_p: float,
     stop_ids: Iterable[int],
-    rng: object = None,
-) -> list[int]:
-    """Validate the arguments every generation loop shares; return the prompt as a list.
+    seed: int | None = None,
+    rng: RandomSource | None = None,
+) -> tuple[list[int], frozenset[int], RandomSource]:
+    """Validate the arguments every generation loop shares; return the prompt as a list, the
+    stop ids as a set and the random source (``rng``, or a `TorchRandomSource` from ``seed``).
 
     The one boundary check of `generate_ar` and `generate_speculative`: ``prompt_ids`` may be a
     sequence of ints or an integer tensor of shape (T,) or (1, T) (floats, bools and batches
@@ -125,7 +127,9 @@ def check_generation_args(
     if max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
     validate_sampling(temperature, top_k, top_p)
-    as_token_list(stop_ids, "stop_ids", config.vocab_size)
+    stops = frozenset(as_token_list(list(stop_ids), "stop_ids", config.vocab_size))
+    if seed is not None and rng is not None:
+        raise ValueError("give either seed or rng, not both")
     if rng is not None and not all(
         callable(getattr(rng, name, None)) for name in ("bernoulli", "categorical")
     ):
@@ -139,7 +143,8 @@ def check_generation_args(
             f"{len(prompt) + max_new_tokens} exceeds the model context max_seq_len="
             f"{config.max_seq_len}"
         )
-    return prompt
+    source = rng if rng is not None else TorchRandomSource(seed=seed)
+    return prompt, stops, source
 
 
 def _is_token_id(value: object, vocab_size: int) -> bool:
@@ -150,13 +155,6 @@ def _is_token_id(value: object, vocab_size: int) -> bool:
     except TypeError:
         return False
     return 0 <= index < vocab_size
-
-
-def make_rng(seed: int | None, rng: RandomSource | None) -> RandomSource:
-    """The random source of a loop: ``rng`` if given, else a `TorchRandomSource` from ``seed``."""
-    if seed is not None and rng is not None:
-        raise ValueError("give either seed or rng, not both")
-    return rng if rng is not None else TorchRandomSource(seed=seed)
 
 
 def choose_token(
@@ -197,56 +195,51 @@ def generate_ar(
     Returns:
         A `GenerationResult`.
     """
-    stop_list = list(stop_ids)
-    prompt = check_generation_args(
-        model, prompt_ids, max_new_tokens, temperature, top_k, top_p, stop_list, rng
+    prompt, stop, random_source = check_generation_args(
+        model, prompt_ids, max_new_tokens, temperature, top_k, top_p, stop_ids, seed, rng
     )
-    random_source = make_rng(seed, rng)
-    stop = frozenset(operator.index(t) for t in stop_list)
     if plan is not None:
         plan.validate(model.config)
     param = model.tok_emb.weight
     dtype = param.dtype if plan is None or plan.compute_dtype is None else plan.compute_dtype
-    device = param.device
 
     tokens: list[int] = []
     stopped = False
-    forwards = 0
-    start = time.perf_counter()
-    prefill_end = start
+    start = prefill_end = time.perf_counter()
     if max_new_tokens > 0:
         # The last generated token is never fed back, hence the - 1.
-        cache = KVCache(model.config, len(prompt) + max_new_tokens - 1, dtype, device)
-        feed = torch.tensor([prompt], dtype=torch.long, device=device)  # (1, T_prompt)
+        cache = KVCache(model.config, len(prompt) + max_new_tokens - 1, dtype, param.device)
+        feed = torch.tensor([prompt], dtype=torch.long, device=param.device)  # (1, T_prompt)
         while True:
             logits = model(feed, cache=cache, plan=plan, last_only=True)  # (1, 1, V)
-            forwards += 1
             token = choose_token(logits[0, -1], temperature, top_k, top_p, random_source)
             if not tokens:
                 prefill_end = time.perf_counter()
             tokens.append(token)
             if on_token is not None:
                 on_token(token)
-            if token in stop:
-                stopped = True
+            stopped = token in stop
+            if stopped or len(tokens) == max_new_tokens:
                 break
-            if len(tokens) == max_new_tokens:
-                break
-            feed = torch.tensor([[token]], dtype=torch.long, device=device)  # (1, 1)
-    end = time.perf_counter()
-    total = end - start
-    timing = {
-        "prefill_s": prefill_end - start,
-        "decode_s": end - prefill_end,
-        "total_s": total,
-        "tokens_per_s": len(tokens) / total if total > 0 else 0.0,
-    }
+            feed = torch.tensor([[token]], dtype=torch.long, device=param.device)  # (1, 1)
+    timing = loop_timing(start, prefill_end, time.perf_counter(), len(tokens))
     stats: dict[str, Any] = {
         "method": "ar",
         "plan": "target" if plan is None else plan.name,
         "prompt_tokens": len(prompt),
         "new_tokens": len(tokens),
-        "target_forwards": forwards,
-        "mat": len(tokens) / forwards if forwards else 0.0,
+        "target_forwards": len(tokens),  # one forward per token: the prefill gives the first
+        "mat": 1.0 if tokens else 0.0,
     }
     return GenerationResult(tokens, prompt, stopped, timing, stats)
+
+
+def loop_timing(start: float, first_token: float, end: float, n_tokens: int) -> dict[str, float]:
+    """The ``timing`` of a `GenerationResult` from the clock readings of one generation."""
+    total = end - start
+    return {
+        "prefill_s": first_token - start,
+        "decode_s": end - first_token,
+        "total_s": total,
+        "tokens_per_s": n_tokens / total if total > 0 else 0.0,
+    }

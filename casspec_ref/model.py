@@ -237,15 +237,7 @@ class Transformer(nn.Module):
         # ==================================================================================
 
         w = self.weights_in(dtype)
-        llama = c.family == "llama"
-        x = w["tok_emb.weight"][tokens]  # (B, T, D)
-        cos = sin = None
-        if llama:
-            cos_table, sin_table = self._rope_tables(dtype, tokens.device)
-            cos = cos_table[positions].unsqueeze(1)  # (B, 1, T, D_head)
-            sin = sin_table[positions].unsqueeze(1)  # (B, 1, T, D_head)
-        else:
-            x = x + w["pos_emb.weight"][positions]  # (B, T, D)
+        x, cos, sin = self._embed(tokens, positions, w)
         bias = None if mask is None else self._attention_bias(mask, dtype)  # (G*T, S)
 
         for i in range(n_run):
@@ -256,17 +248,7 @@ class Transformer(nn.Module):
                 x = x + h
             if i not in skip_mlp:
                 h = self._norm(x, w, p + "mlp_norm")
-                if llama:
-                    gate = linear(h, w[p + "mlp.gate.weight"], None, i, "mlp_gate", plan)
-                    up = linear(h, w[p + "mlp.up.weight"], None, i, "mlp_up", plan)
-                    h = linear(F.silu(gate) * up, w[p + "mlp.down.weight"], None, i,
-                               "mlp_down", plan)  # fmt: skip
-                else:
-                    h = linear(h, w[p + "mlp.fc.weight"], w[p + "mlp.fc.bias"], i, "mlp_fc", plan)
-                    h = F.gelu(h, approximate="tanh")
-                    h = linear(h, w[p + "mlp.proj.weight"], w[p + "mlp.proj.bias"], i,
-                               "mlp_proj", plan)  # fmt: skip
-                x = x + h
+                x = x + self._mlp(h, w, p, i, plan)
 
         if cache is not None:
             cache.advance(n_new)
@@ -276,12 +258,38 @@ class Transformer(nn.Module):
         head = w["tok_emb.weight"] if c.tie_embeddings else w["head.weight"]
         return linear(x, head, None, -1, "head", plan)  # (B, T, V)
 
+    def _embed(
+        self, tokens: torch.Tensor, positions: torch.Tensor, w: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """Token embeddings ``(B, T, D)`` and the rotary tables ``(B, 1, T, D_head)`` of the
+        positions (Llama), or embeddings with learned positions added and no tables (GPT-2)."""
+        x = w["tok_emb.weight"][tokens]  # (B, T, D)
+        if self.config.family != "llama":
+            return x + w["pos_emb.weight"][positions], None, None
+        cos_table, sin_table = self._rope_tables(x.dtype, tokens.device)
+        return x, cos_table[positions].unsqueeze(1), sin_table[positions].unsqueeze(1)
+
     def _norm(self, x: torch.Tensor, w: dict[str, torch.Tensor], name: str) -> torch.Tensor:
         if self.config.family == "llama":
             return rms_norm(x, w[name + ".weight"], self.config.norm_eps)
         return F.layer_norm(
             x, (x.shape[-1],), w[name + ".weight"], w[name + ".bias"], self.config.norm_eps
         )
+
+    def _mlp(
+        self, h: torch.Tensor, w: dict[str, torch.Tensor], p: str, layer: int,
+        plan: ExecutionPlan | None,
+    ) -> torch.Tensor:  # fmt: skip
+        """SwiGLU (Llama) or GELU (GPT-2) MLP of block ``layer`` (``p`` = its name prefix)."""
+        if self.config.family == "llama":
+            gate = linear(h, w[p + "mlp.gate.weight"], None, layer, "mlp_gate", plan)
+            up = linear(h, w[p + "mlp.up.weight"], None, layer, "mlp_up", plan)
+            return linear(
+                F.silu(gate) * up, w[p + "mlp.down.weight"], None, layer, "mlp_down", plan
+            )
+        h = linear(h, w[p + "mlp.fc.weight"], w[p + "mlp.fc.bias"], layer, "mlp_fc", plan)
+        h = F.gelu(h, approximate="tanh")
+        return linear(h, w[p + "mlp.proj.weight"], w[p + "mlp.proj.bias"], layer, "mlp_proj", plan)
 
     def _attention(
         self,

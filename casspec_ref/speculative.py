@@ -33,7 +33,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import torch
 
 from casspec_ref.draft import DraftSampling, StepDrafter
@@ -42,12 +41,7 @@ from casspec_ref.dsia.prompt_lookup import PromptLookup, PromptLookupConfig
 from casspec_ref.dsia.recycle import TokenRecycler
 from casspec_ref.dsia.virtual_draft import DraftRunner
 from casspec_ref.dytc import FREE_DRAFTS, DyTCConfig
-from casspec_ref.generate import (
-    GenerationResult,
-    check_generation_args,
-    generate_ar,
-    make_rng,
-)
+from casspec_ref.generate import GenerationResult, check_generation_args, generate_ar
 from casspec_ref.kv_cache import KVCache
 from casspec_ref.plan import ExecutionPlan
 from casspec_ref.sampling import RandomSource, target_law
@@ -388,22 +382,13 @@ def generate_speculative(
     unknown = sorted(set(options) - allowed)
     if unknown:
         raise ValueError(f"unknown options {unknown}: allowed are {sorted(allowed)}")
-    stop_list = [int(t) if isinstance(t, np.integer) else t for t in stop_ids]
-    prompt = check_generation_args(
-        model, prompt_ids, max_new_tokens, temperature, top_k, top_p, stop_list, rng
+    prompt, stops, rng = check_generation_args(
+        model, prompt_ids, max_new_tokens, temperature, top_k, top_p, stop_ids, seed, rng
     )
-    rng = make_rng(seed, rng)
     if method == "ar":
-        ar = generate_ar(
-            model, prompt, max_new_tokens, temperature=temperature, top_k=top_k,
-            top_p=top_p, rng=rng, stop_ids=stop_list, on_token=on_token,
-        )  # fmt: skip
-        n = len(ar.tokens)
-        ar.stats.setdefault("accepted_lengths", [0] * max(0, n - 1))
-        ar.stats.setdefault("steps", max(0, n - 1))
-        return ar
+        return _plain(model, prompt, max_new_tokens, DraftSampling(temperature, top_k, top_p),
+                      rng, stops, on_token)  # fmt: skip
     sampling = DraftSampling(temperature, top_k, top_p)
-    stops = frozenset(stop_list)
     state = start_decoding(
         model, prompt, max_new_tokens, method, sampling, rng, stops, drafts, options
     )
@@ -414,12 +399,31 @@ def generate_speculative(
             prefill(state)
             while not state.done:
                 speculative_step(state)
-    elapsed = state.clock() - t_start
-    stats = state.stats
-    stats["mat"] = len(state.tokens) / max(1, stats["target_forwards"]) if state.tokens else 0.0
+    return _result(state, state.clock() - t_start)
+
+
+def _plain(
+    model: Any,
+    prompt: list[int],
+    max_new_tokens: int,
+    s: DraftSampling,
+    rng: RandomSource,
+    stops: frozenset[int],
+    on_token: Callable[[int], None] | None,
+) -> GenerationResult:
+    """Method "ar": the naive loop itself, with the step statistics of a speculative run."""
+    ar = generate_ar(model, prompt, max_new_tokens, temperature=s.temperature, top_k=s.top_k,
+                     top_p=s.top_p, rng=rng, stop_ids=stops, on_token=on_token)  # fmt: skip
+    n = len(ar.tokens)
+    ar.stats.setdefault("accepted_lengths", [0] * max(0, n - 1))
+    ar.stats.setdefault("steps", max(0, n - 1))
+    return ar
+
+
+def _result(state: Decoding, elapsed: float) -> GenerationResult:
+    """The `GenerationResult` of a finished speculative generation."""
+    stats, n = state.stats, len(state.tokens)
+    stats["mat"] = n / max(1, stats["target_forwards"]) if n else 0.0
     stats["time_other_s"] = max(0.0, elapsed - stats["time_draft_s"] - stats["time_verify_s"])
-    timing = {
-        "total_s": elapsed,
-        "tokens_per_s": len(state.tokens) / elapsed if elapsed > 0 else 0.0,
-    }
-    return GenerationResult(state.tokens, prompt, state.stopped, timing, stats)
+    timing = {"total_s": elapsed, "tokens_per_s": n / elapsed if elapsed > 0 else 0.0}
+    return GenerationResult(state.tokens, state.prompt, state.stopped, timing, stats)

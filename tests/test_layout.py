@@ -65,3 +65,46 @@ def test_layer_rule_can_fail() -> None:
     assert layer_of("casspec_ref.tools.cli") > layer_of("casspec_ref.speculative")
     assert layer_of("casspec_ref.io.weights") > layer_of("casspec_ref.model")
     assert layer_of("casspec_ref.__main__") == 2
+
+
+#: The core (every module outside io/, proof/, tools/ and accel/) is read, not just run.
+MAX_FUNCTION_LINES = 60
+
+
+def core_modules() -> list[Path]:
+    return [
+        path
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if layer_of(module_name(path)) == 0 and module_name(path) != "casspec_ref.__main__"
+    ]
+
+
+def long_functions(path: Path, limit: int) -> list[str]:
+    """Functions of ``path`` longer than ``limit`` lines, their docstring not counted."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        length = (node.end_lineno or node.lineno) - node.lineno + 1
+        first = node.body[0]
+        if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+            length -= (first.end_lineno or first.lineno) - first.lineno + 1
+        if length > limit:
+            found.append(f"{path.name}: {node.name} has {length} lines")
+    return found
+
+
+def test_no_core_function_is_too_long_to_read() -> None:
+    modules = core_modules()
+    assert len(modules) > 15, "the core was not found"
+    found = [f for path in modules for f in long_functions(path, MAX_FUNCTION_LINES)]
+    assert not found, f"core functions over {MAX_FUNCTION_LINES} lines:\n" + "\n".join(found)
+
+
+def test_function_length_rule_can_fail(tmp_path: Path) -> None:
+    """A function of 61 lines after its docstring (def line included) is found at limit 60."""
+    body = "\n".join(f"    x{i} = {i}" for i in range(60))
+    module = tmp_path / "m.py"
+    module.write_text(f'def f():\n    """A docstring\n    of two lines."""\n{body}\n')
+    assert long_functions(module, 60) == ["m.py: f has 61 lines"]
+    assert long_functions(module, 61) == []
