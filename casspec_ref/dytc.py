@@ -18,10 +18,11 @@ section). Read top to bottom, this module is the algorithm:
    ``T(S,k) = [a_S (1 - a_S^k) / (1 - a_S) + a_S^k a_PLD] / (c_S k + c_PLD)``, to which we add
    the measured verify cost of the grown tree in the denominator (without it T always prefers
    k = 1, and a free draft divides by zero).
-4. `ewif_chain`, `expected_tree_tokens`, `tree_ewif`: the expected walltime improvement factor of a
+4. `expected_tree_tokens`, `tree_ewif`, `ewif_chain`: the expected walltime improvement factor of a
    chain (docs/method.md §1) and of a tree (tokens per second against a plain step), where the
    tree's cost is its drafting time plus the *measured* verify cost of its size.
-5. `DyTCPolicy.grow`: best-first growth. Every expandable leaf and every draft available there is
+5. `DyTCPolicy.grow`: best-first growth of a `TreeEstimate` (each node's parent and acceptance,
+   scored by the formulas of 4). Every expandable leaf and every draft available there is
    scored (k from T(S,k), shortened to the k that maximizes the tree's EWIF); the best expansion
    is applied; its width (how many of the draft's top alternatives become siblings) is chosen by
    the same EWIF; growth stops when no expansion anywhere improves the EWIF. A tree of the root
@@ -285,18 +286,13 @@ def best_k(
     return 1 + scores.index(max(scores))
 
 
-def ewif_chain(alpha: float, k: int, c: float) -> float:
-    """EWIF of one draft proposing k tokens: (1 - alpha^(k+1)) / ((1 - alpha) (c k + 1))."""
-    return (1.0 + geometric_tokens(alpha, k)) / (c * k + 1.0)
-
-
-def expected_tree_tokens(parents: Sequence[int], accept: Sequence[float]) -> float:
-    """Expected tokens one step commits (bonus included) for a tree under i.i.d. acceptance.
+def reach_probabilities(parents: Sequence[int], accept: Sequence[float]) -> list[float]:
+    """P(the path to node i is accepted), for every node of a tree (the root's is 1).
 
     ``parents[i]`` is node i's parent (node 0 is the root, ``parents[0]`` is ignored) and
     ``accept[i]`` the probability that node i is accepted given its parent was; siblings are
-    mutually exclusive (at most one child of a node is followed). The expectation is
-    ``1 + sum_i P(path to i accepted)``: the bonus token plus every accepted node.
+    mutually exclusive (at most one child of a node is followed), so a node is reached with the
+    product of the acceptances along its path.
     """
     if len(parents) != len(accept):
         raise ValueError(f"parents ({len(parents)}) and accept ({len(accept)}) differ in length")
@@ -305,7 +301,13 @@ def expected_tree_tokens(parents: Sequence[int], accept: Sequence[float]) -> flo
         if not 0 <= parents[i] < i:
             raise ValueError(f"node {i} has parent {parents[i]}: parents must precede children")
         reach[i] = reach[parents[i]] * accept[i]
-    return 1.0 + sum(reach[1:])
+    return reach
+
+
+def expected_tree_tokens(parents: Sequence[int], accept: Sequence[float]) -> float:
+    """Expected tokens one step commits (bonus included): ``1 + sum_i P(path to i accepted)``,
+    the bonus token plus every accepted node (see `reach_probabilities` for the arguments)."""
+    return 1.0 + sum(reach_probabilities(parents, accept)[1:])
 
 
 def tree_ewif(
@@ -319,6 +321,15 @@ def tree_ewif(
     if total <= 0 or step_cost <= 0:
         raise ValueError("costs must be > 0 to form an EWIF")
     return expected_tokens * step_cost / total
+
+
+def ewif_chain(alpha: float, k: int, c: float) -> float:
+    """EWIF of one draft proposing k tokens: (1 - alpha^(k+1)) / ((1 - alpha) (c k + 1)).
+
+    It is `tree_ewif` of a k-chain whose tokens are accepted with probability alpha each,
+    drafted at c plain steps per token and verified at the cost of one plain step.
+    """
+    return tree_ewif(1.0 + geometric_tokens(alpha, k), c * k, 1.0, 1.0)
 
 
 def max_cascade_depth(n_layers: int, context_len: int, *, n_levels: int, config: DyTCConfig) -> int:
@@ -382,6 +393,32 @@ class Expansion:
     k: int
     width: int
     predicted_ewif: float
+
+
+@dataclass
+class TreeEstimate:
+    """What DyTC believes of the tree it grows: node i's parent and the probability that node i
+    is accepted given that its parent was (node 0, the root, is certain). The expected tokens
+    and every node's reach are the module's formulas, `expected_tree_tokens` and
+    `reach_probabilities`, applied to it."""
+
+    parents: list[int] = field(default_factory=lambda: [-1])
+    accept: list[float] = field(default_factory=lambda: [1.0])
+
+    def add(self, node: int, parent: int, accept: float) -> None:
+        """Record drafted node `node` (the drafter's number; an expansion may report a node
+        before lower-numbered siblings of the same expansion)."""
+        while len(self.parents) <= node:
+            self.parents.append(-1)
+            self.accept.append(0.0)
+        self.parents[node], self.accept[node] = parent, accept
+
+    def reach(self) -> dict[int, float]:
+        """Each node's probability that the path to it is accepted."""
+        return dict(enumerate(reach_probabilities(self.parents, self.accept)))
+
+    def expected_tokens(self) -> float:
+        return expected_tree_tokens(self.parents, self.accept)
 
 
 @dataclass
@@ -514,7 +551,7 @@ class DyTCPolicy:
         return best_width
 
     def plan(
-        self, drafter: TreeDrafter, estimates: dict[int, float], drafts: Sequence[str]
+        self, drafter: TreeDrafter, tree: TreeEstimate, drafts: Sequence[str]
     ) -> Expansion | None:
         """The best expansion over every expandable leaf and every draft offered there, or
         None when none improves the tree's predicted EWIF by `min_gain` (stop)."""
@@ -522,11 +559,11 @@ class DyTCPolicy:
         size = drafter.size()
         if size >= cfg.max_tree_size:
             return None
-        tokens = 1.0 + sum(estimates[n] for n in estimates if n != 0)
+        tokens = tree.expected_tokens()
         base = (tokens, drafter.seconds(), size)
         current = tree_ewif(tokens, base[1], self.verify_seconds(size), self.step_seconds())
         best: Expansion | None = None
-        for leaf, cum in estimates.items():
+        for leaf, cum in tree.reach().items():
             room = min(cfg.max_k, drafter.room(leaf), cfg.max_tree_size - size)
             if room < 1 or not drafter.is_leaf(leaf):
                 continue
@@ -544,39 +581,40 @@ class DyTCPolicy:
         return best
 
     def grow(self, drafter: TreeDrafter, drafts: Sequence[str]) -> dict[int, float]:
-        """Build one step's tree, best first; returns each node's cumulative estimate."""
-        estimates: dict[int, float] = {0: 1.0}
+        """Build one step's tree, best first; returns each node's reach probability."""
+        tree = TreeEstimate()
         if not self.ready():
-            return estimates  # the first step is a plain step: it times the target
+            return tree.reach()  # the first step is a plain step: it times the target
         untimed = self.untimed(drafts)
         if untimed:
             # Probe: one single-token draft to learn the draft's cost (its first timing pays
             # one-time setup and is discarded, so each draft is probed twice).
-            self._record(estimates, untimed[0], drafter.expand(0, untimed[0], 1, 1))
-            return estimates
+            self._record(tree, untimed[0], drafter.expand(0, untimed[0], 1, 1))
+            return tree.reach()
         while True:
-            choice = self.plan(drafter, estimates, drafts)
+            choice = self.plan(drafter, tree, drafts)
             if choice is None:
-                return estimates
+                return tree.reach()
             width = 1
             if self.config.siblings > 1 and choice.draft != PLD:
-                base = (sum(estimates.values()), drafter.seconds(), drafter.size())
+                base = (tree.expected_tokens(), drafter.seconds(), drafter.size())
                 room = self.config.max_tree_size - drafter.size() - choice.k + 1
                 limit = min(self.config.siblings, room)
                 if limit > 1:
                     confidences = drafter.alternatives(choice.leaf, choice.draft, limit)
-                    width = self._width(choice, estimates[choice.leaf], confidences, base)
+                    cum = tree.reach()[choice.leaf]
+                    width = self._width(choice, cum, confidences, base)
             added = drafter.expand(choice.leaf, choice.draft, choice.k, width)
             if not added:
-                return estimates
-            self._record(estimates, choice.draft, added)
+                return tree.reach()
+            self._record(tree, choice.draft, added)
 
     def _record(
-        self, estimates: dict[int, float], draft: str, added: list[tuple[int, int, float | None]]
+        self, tree: TreeEstimate, draft: str, added: list[tuple[int, int, float | None]]
     ) -> None:
-        """Cumulative estimates of new nodes: the parent's times the node's own. The first
-        child continues the draft's chain (alpha mixed with confidence); a later sibling is
-        reached only after the earlier ones were rejected (its confidence times alpha)."""
+        """Each new node's acceptance given its parent: the first child continues the draft's
+        chain (alpha mixed with confidence); a later sibling is reached only after the earlier
+        ones were rejected (its confidence times alpha)."""
         has_child: set[int] = set()
         for node, parent, confidence in added:
             if parent not in has_child:
@@ -585,7 +623,7 @@ class DyTCPolicy:
                 conf = confidence if confidence is not None else 1.0
                 per_token = conf * self.alpha[draft].alpha
             has_child.add(parent)
-            estimates[node] = estimates[parent] * per_token
+            tree.add(node, parent, per_token)
 
     # -- 7. what a verified step teaches ------------------------------------------------------
     def observe_step(

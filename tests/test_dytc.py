@@ -17,6 +17,7 @@ from casspec_ref.dytc import (
     CostCurve,
     DyTCConfig,
     DyTCPolicy,
+    TreeEstimate,
     best_k,
     ewif_chain,
     expected_tree_tokens,
@@ -232,8 +233,34 @@ def test_policy_prefers_the_near_free_prompt_lookup() -> None:
     policy = _timed_policy(draft_seconds=0.020, alpha=0.6)
     world = World(CURVES["linear"], {"l1": 0.6, PLD: 0.5}, {"l1": 0.02, PLD: 1e-5}, offer={PLD: 1})
     drafter = _drafter(world)
-    choice = policy.plan(drafter, {0: 1.0}, ["l1", PLD])
+    choice = policy.plan(drafter, TreeEstimate(), ["l1", PLD])
     assert choice is not None and choice.draft == PLD
+
+
+def test_predicted_ewif_is_the_tree_formula_on_the_grown_tree() -> None:
+    """The score of an expansion is `tree_ewif` of `expected_tree_tokens` of the tree it would
+    grow: the policy's chain increment is that formula, not a copy that could drift from it."""
+    policy = _timed_policy(draft_seconds=0.004, alpha=0.7, siblings=1)
+    world = World(CURVES["linear"], {"l1": 0.7}, {"l1": 0.004})
+    drafter = _drafter(world)
+    tree = TreeEstimate()
+    tree.add(1, 0, 0.8)
+    tree.add(2, 0, 0.1)
+    drafter._add(0, "l1", 0)
+    drafter._add(0, "l1", 1)
+    choice = policy.plan(drafter, tree, ["l1"])
+    assert choice is not None and choice.k >= 2 and choice.width == 1
+    a = policy.alpha["l1"].alpha
+    parents = [*tree.parents, choice.leaf, *range(3, 3 + choice.k - 1)]
+    accept = [*tree.accept, *([a] * choice.k)]
+    want = tree_ewif(
+        expected_tree_tokens(parents, accept),
+        drafter.seconds() + policy.draft_seconds("l1") * choice.k,
+        policy.verify_seconds(3 + choice.k),
+        policy.step_seconds(),
+    )
+    assert choice.predicted_ewif == pytest.approx(want, rel=1e-12)
+    assert choice.leaf == 1  # the likelier leaf: it carries 8x the reach of its sibling
 
 
 def test_stop_rule_considers_every_leaf() -> None:
@@ -245,7 +272,10 @@ def test_stop_rule_considers_every_leaf() -> None:
     b = drafter._add(0, "l1", 1)
     drafter._offers[(a, PLD)] = 0  # the most promising leaf offers nothing free
     drafter._offers[(b, PLD)] = 5
-    choice = policy.plan(drafter, {0: 1.0, a: 0.6, b: 0.2}, ["l1", PLD])
+    tree = TreeEstimate()
+    tree.add(a, 0, 0.6)
+    tree.add(b, 0, 0.2)
+    choice = policy.plan(drafter, tree, ["l1", PLD])
     assert choice is not None and (choice.leaf, choice.draft) == (b, PLD)
 
 
