@@ -28,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from casspec_ref.accel.int8 import Int8Kernel, int8_plan
 from casspec_ref.dsia import (
     PromptLookup,
     alternate_skip_plan,
@@ -36,10 +37,9 @@ from casspec_ref.dsia import (
     precision_plan,
     quant_plan,
     ranked_skip_plan,
-    seed_hierarchy,
     sparsity,
 )
-from casspec_ref.dsia.act_quant import QuantKernel
+from casspec_ref.io.presets import seed_hierarchy
 from casspec_ref.io.weights import load_model
 from casspec_ref.kv_cache import KVCache
 from casspec_ref.plan import ExecutionPlan
@@ -172,8 +172,8 @@ def main() -> None:
           file=sys.stderr)  # fmt: skip
     ranking = found.ranking
 
-    fast_all = quant_plan(8, 8, fast=True)
-    fast_nodown = quant_plan(8, 8, exclude={"mlp_down"}, fast=True)
+    fast_all = int8_plan()
+    fast_nodown = int8_plan(exclude={"mlp_down"})
     bf16 = precision_plan(torch.bfloat16)
     r10 = ranked_skip_plan(cfg, ranking, 10 / 60, name="search-10sub")
     plans: list[tuple[str, ExecutionPlan]] = [
@@ -193,7 +193,7 @@ def main() -> None:
         ("act quant", quant_plan(4, group_size=32, name="a4g32-readable")),
         ("act quant", fast_all),
         ("act quant", fast_nodown),
-        ("act quant", quant_plan(8, 8, fast=True, backend="int_mm", name="w8a8-fast-int_mm")),
+        ("act quant", int8_plan(backend="int_mm", name="w8a8-fast-int_mm")),
         ("mixing", mix(r10, bf16, name="search-10sub+bf16")),
         ("mixing", mix(r10, fast_all, name="search-10sub+w8a8-fast")),
         (
@@ -202,9 +202,9 @@ def main() -> None:
         ),
         ("mixing", mix(ranked_skip_plan(cfg, ranking, 0.2), bf16, name="search-0.2+bf16")),
     ]
-    for level in seed_hierarchy(cfg, ranking=ranking, fast=True).levels:
+    for level in seed_hierarchy(cfg, ranking=ranking, int8=True).levels:
         plans.append(("seed", level))
-    for level in seed_hierarchy(cfg, ranking=None, fast=True).levels[:2]:
+    for level in seed_hierarchy(cfg, ranking=None, int8=True).levels[:2]:
         plans.append(("seed-alt", replace_name(level, level.name + " (alt)")))
 
     ctx = max(evals.values(), key=lambda t: len(t.tokens)).tokens
@@ -246,9 +246,7 @@ def main() -> None:
     def same(name: str) -> float:
         return float((argmaxes[name] == argmaxes["w8a8-readable"]).float().mean())
 
-    int8_mb = (
-        fast_all.linear.int8_bytes() / 2**20 if isinstance(fast_all.linear, QuantKernel) else 0
-    )
+    int8_mb = fast_all.linear.int8_bytes() / 2**20 if isinstance(fast_all.linear, Int8Kernel) else 0
     n_pos = total
     env = (f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, "
            f"torch {torch.__version__}, fp32 target, {len(evals)} prompts, {n_pos} positions, "

@@ -8,8 +8,8 @@ script measures, on SmolLM2-135M (the embedded GGUF, or ``--random-weights``):
 
 - the cost of ``model.forward`` over T = 1, 2, 3, 4, 6, 8, 12, 16 new tokens after 256 cached
   tokens (causal), median of ``--repeats`` (7), with every linear in plain ``F.linear``
-  ("before") and with the calibrated `casspec_ref.kernels` table ("after"), the two interleaved
-  in every repeat so that load on a shared machine hits both alike;
+  ("before") and with the table calibrated by `casspec_ref.accel.kernel_table` ("after"), the
+  two interleaved in every repeat so that load on a shared machine hits both alike;
 - the read bandwidth (median of 7 sums over a 512 MiB buffer) and the floor it implies;
 - with ``--ar N``: greedy `generate_ar` of N tokens on one prompt, before and after (fp32).
 
@@ -29,6 +29,7 @@ import time
 import torch
 
 from casspec_ref import kernels
+from casspec_ref.accel import kernel_table
 from casspec_ref.config import smollm2_135m
 from casspec_ref.generate import generate_ar
 from casspec_ref.kv_cache import KVCache
@@ -118,14 +119,14 @@ def main() -> None:
     parser.add_argument("--json", default=None, help="write the record to this path")
     args = parser.parse_args()
 
-    os.environ.setdefault(kernels.ENV_VAR, "auto")
+    os.environ.setdefault(kernel_table.ENV_VAR, "auto")
     model, prompt = load(args.random_weights)
-    after = kernels.prepare(kernels.model_shapes(model), torch.float32)
+    after = kernel_table.prepare(kernel_table.model_shapes(model), torch.float32)
     tables = {"before": kernels.KernelTable(), "after": after}
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor()}")
     print(f"load average at start: {os.getloadavg()}")
     print("kernel table (· = F.linear):")
-    print(after.format())
+    print(kernel_table.format_table(after))
 
     weight_bytes = sum(
         p.numel() * p.element_size() for n, p in model.named_parameters() if p.dim() == 2

@@ -91,7 +91,7 @@ def default_drafts(model: Any) -> tuple[ExecutionPlan, ...]:
     - A model whose loader attached a preset (``model.preset_drafts``, see
       `casspec_ref.io.presets`): that hierarchy.
     - Other models with >= 12 layers: skipping the blocks found cheapest on SmolLM2
-      (docs/smollm2.md) and, in float32, fast int8 on every linear but ``mlp_down``.
+      (docs/smollm2.md).
     - Small (test) models: an early exit before the last block and the middle block's MLP
       skipped, which run in any dtype.
     """
@@ -101,18 +101,11 @@ def default_drafts(model: Any) -> tuple[ExecutionPlan, ...]:
     cached = _DEFAULT_DRAFTS.get(model)
     if cached is not None:
         return cached
-    from casspec_ref.dsia.act_quant import quant_plan
-
-    config = model.config
-    n = config.n_layers
-    dtype = next(model.parameters()).dtype
+    n = model.config.n_layers
     levels: tuple[ExecutionPlan, ...]
     if n >= 12:
         skips = frozenset(i for i in (3, 4, 5, 6, 7, 10, 14) if i < n - 2)
-        plans = [ExecutionPlan(skip_attention=skips, skip_mlp=skips, name="skip7")]
-        if dtype == torch.float32:
-            plans.append(quant_plan(8, 8, exclude={"mlp_down"}, fast=True, name="w8a8"))
-        levels = tuple(plans)
+        levels = (ExecutionPlan(skip_attention=skips, skip_mlp=skips, name="skip7"),)
     else:
         early = ExecutionPlan(exit_after=max(1, n - 1), name=f"exit{max(1, n - 1)}")
         skip = ExecutionPlan(skip_mlp=frozenset({n // 2}), name=f"skipmlp{n // 2}")

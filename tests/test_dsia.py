@@ -8,6 +8,7 @@ import copy
 import pytest
 import torch
 
+from casspec_ref.accel.int8 import Int8Kernel
 from casspec_ref.config import ModelConfig, smollm2_135m, tiny_gpt2, tiny_llama
 from casspec_ref.dsia import (
     DraftRunner,
@@ -20,11 +21,11 @@ from casspec_ref.dsia import (
     ranked_skip_plan,
     replace,
     scale,
-    seed_hierarchy,
     skip_layers_plan,
     sparsity,
     sublayer_plan,
 )
+from casspec_ref.io.presets import seed_hierarchy
 from casspec_ref.kv_cache import KVCache
 from casspec_ref.model import Transformer, exact_linear
 from casspec_ref.plan import ExecutionPlan
@@ -178,6 +179,10 @@ def test_composition_and_seed_hierarchy() -> None:
         assert l1.exit_after is not None and abs(sparsity(l1, cfg) - 0.7) < 0.04
         assert abs(sparsity(l2, cfg) - 0.3) < 0.04 and l2.linear is not None
         assert sparsity(l3, cfg) == 0.0 and l3.linear is l2.linear  # one kernel, shared
+    int8 = seed_hierarchy(cfg, ranking=ranking, int8=True).levels
+    assert isinstance(int8[2].linear, Int8Kernel) and int8[2].linear is int8[1].linear
+    with pytest.raises(ValueError, match="bits=8"):
+        seed_hierarchy(cfg, bits=4, int8=True)
     plan = replace(mix(levels[0], quant_plan(8)), linear=None, name="no-quant")
     assert plan.linear is None and plan.skip_mlp == levels[0].skip_mlp
 

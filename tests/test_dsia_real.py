@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from casspec_ref.accel.int8 import int8_plan
 from casspec_ref.dsia import DraftRunner, precision_plan, quant_plan
 from casspec_ref.io.presets import smollm2_drafts
 from casspec_ref.kv_cache import KVCache
@@ -57,6 +58,6 @@ def test_identity_bf16_and_int8_drafts_along_a_greedy_trajectory(loaded) -> None
     assert tf.matchness(ExecutionPlan()) == pytest.approx(tf.target_agreement())
     assert tf.target_agreement() >= 11 / 12
     assert tf.matchness(precision_plan(torch.bfloat16)) >= 0.75
-    fast = tf.draft_logits(quant_plan(8, 8, fast=True)).argmax(-1)
+    fast = tf.draft_logits(int8_plan()).argmax(-1)
     readable = tf.draft_logits(quant_plan(8, 8)).argmax(-1)
     assert (fast == readable).float().mean() >= 0.9

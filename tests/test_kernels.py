@@ -1,20 +1,19 @@
-"""The per-machine kernel table: exact forms, the choice rules, the cache, and its wiring.
+"""The exact matmul forms and the kernel table every forward reads.
 
-Nothing here times anything: tables are built by hand or from synthetic costs, and the
-measuring function is replaced where `prepare` would call it.
+Nothing here times anything: tables are built by hand (the measuring side is
+tests/test_kernel_table.py).
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import torch
 
 from casspec_ref import kernels
+from casspec_ref.accel.kernel_table import model_shapes
 from casspec_ref.config import tiny_llama
 from casspec_ref.generate import generate_ar
 from casspec_ref.kernels import Form, KernelTable
@@ -84,98 +83,11 @@ def test_exact_linear_reads_the_active_table(monkeypatch: pytest.MonkeyPatch) ->
     assert kernels.active_table().form_for(40, 24, torch.bfloat16, 1) == Form("wxt", 2)
 
 
-def test_bad_forms_and_settings_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bad_forms_are_refused() -> None:
     for text in ("gemv", "wxt@1", "linear@17", "wxt@x", "@4"):
         with pytest.raises(ValueError, match="kernel form"):
             Form.parse(text)
     assert Form.parse("wxt@16") == Form("wxt", 16) and str(Form("linear", 3)) == "linear@3"
-    monkeypatch.setenv(kernels.ENV_VAR, "fastest")
-    with pytest.raises(ValueError, match="CASSPEC_KERNELS='fastest'"):
-        kernels.kernel_mode()
-    with pytest.raises(ValueError, match="max_rows"):
-        kernels.calibrate([(4, 4)], max_rows=17)
-    with pytest.raises(ValueError, match="repeats"):
-        kernels.calibrate([(4, 4)], repeats=0)
-    with pytest.raises(ValueError, match="margin"):
-        kernels.calibrate([(4, 4)], margin=1.0)
-
-
-def test_choice_keeps_the_default_unless_another_form_wins_by_the_margin() -> None:
-    costs = {
-        1: {"linear": 100.0, "wxt": 95.0},  # 5 % faster: within the 10 % margin, default kept
-        2: {"linear": 100.0, "wxt": 80.0},  # 20 % faster: switched
-        3: {"linear": 90.0, "wxt": 120.0},
-    }
-    chosen = kernels.choose_forms(costs, torch.float32, margin=0.1)
-    assert chosen == {1: Form("linear"), 2: Form("wxt"), 3: Form("linear")}
-    bf16 = kernels.choose_forms({2: {"linear": 95.0, "wxt": 100.0}}, torch.bfloat16, 0.1)
-    assert bf16 == {2: Form("wxt")}  # bfloat16's default is the transposed product
-
-
-def test_padding_goes_to_the_cheapest_larger_row_count_only_when_it_pays() -> None:
-    cost = {1: 70.0, 2: 25.0, 3: 24.0, 4: 30.0, 5: 31.0, 6: 60.0, 7: 29.0, 8: 40.0}
-    pads = kernels.padding_candidates(cost, margin=0.1)
-    # 1 -> 3 (cheapest larger); 2 -> none (24 is within 10 % of 25); 6 -> 7; 8 has no larger.
-    assert pads == {1: 3, 6: 7}
-    assert kernels.padding_candidates({1: 10.0, 2: 10.0}, margin=0.0) == {}
-
-
-def test_table_json_round_trip_and_cache_key(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    table = KernelTable(
-        {(40, 24, torch.float32, 1): Form("wxt", 2), (40, 24, torch.bfloat16, 3): Form("linear")},
-        {(40, 24, torch.float32, 1): {"linear": 7.0, "wxt": 2.5, "wxt@2": 2.4}},
-    )
-    again = KernelTable.from_json(json.loads(json.dumps(table.to_json())))
-    assert again.forms == table.forms and again.timings_us == table.timings_us
-    path = kernels.save_cached(table, tmp_path / "k.json")
-    assert kernels.load_cached(path).forms == table.forms
-    # A file written under another machine key (torch version, CPU, threads) is ignored.
-    data = json.loads(path.read_text())
-    data["key"]["threads"] = "999"
-    path.write_text(json.dumps(data))
-    assert kernels.load_cached(path).forms == {}
-    path.write_text("{not json")
-    assert kernels.load_cached(path).forms == {}
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert kernels.cache_path().parent == tmp_path / "casspec_ref"
-    other = dict(kernels.machine_key(), threads="999")
-    assert kernels.cache_path(other) != kernels.cache_path()
-    text = table.format()
-    assert "wxt@2" in text and "40x24" in text
-
-
-def test_prepare_follows_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    calls: list[set[tuple[int, int]]] = []
-
-    def fake_calibrate(shapes: set[tuple[int, int]], dtype: torch.dtype) -> KernelTable:
-        calls.append(set(shapes))
-        return KernelTable({(o, i, dtype, 2): Form("wxt") for o, i in shapes})
-
-    monkeypatch.setattr(kernels, "calibrate", fake_calibrate)
-    shapes = {(40, 24), (24, 24)}
-    monkeypatch.setenv(kernels.ENV_VAR, "default")
-    assert kernels.prepare(shapes, torch.float32).forms == {} and calls == []
-
-    monkeypatch.setenv(kernels.ENV_VAR, "auto")
-    kernels.prepare(shapes, torch.float32)
-    assert calls == [shapes]  # nothing cached yet: measured once, then saved
-    assert kernels.active_table().form_for(40, 24, torch.float32, 2) == Form("wxt")
-    kernels.use_table(None)
-    kernels.prepare(shapes, torch.float32)
-    assert len(calls) == 1  # the second load reads the cache
-    assert kernels.active_table().form_for(24, 24, torch.float32, 2) == Form("wxt")
-    kernels.prepare(shapes | {(8, 24)}, torch.float32)
-    assert calls[1] == {(8, 24)}  # only the missing shape is measured
-    kernels.prepare(shapes, torch.float32, device="meta")
-    assert len(calls) == 2  # non-CPU devices keep the defaults
-
-    monkeypatch.setenv(kernels.ENV_VAR, "calibrate")
-    kernels.prepare(shapes, torch.float32)
-    assert calls[2] == shapes  # forced: measured again although cached
-    assert len(kernels.load_cached().shapes()) == 3
 
 
 def _tiny_model() -> Transformer:
@@ -186,7 +98,7 @@ def _tiny_model() -> Transformer:
 def _forcing_table(model: Transformer) -> KernelTable:
     """Non-default forms for every shape and row count: transposed, padded, or both."""
     table = KernelTable()
-    for o, i in kernels.model_shapes(model):
+    for o, i in model_shapes(model):
         for r in range(1, kernels.MAX_ROWS + 1):
             base = "wxt" if r % 2 else "linear"
             pad = min(kernels.MAX_ROWS, r + 1 + r % 3) if r % 4 != 0 else 0
@@ -208,7 +120,7 @@ def test_naive_loop_drafts_and_verification_share_the_table() -> None:
     """Under a table of non-default forms, every forward of the naive loop, the drafts and the
     verifier asks the table (1 row and tree sizes), and greedy decoding still equals AR."""
     model = _tiny_model()
-    shapes = kernels.model_shapes(model)
+    shapes = model_shapes(model)
     c = model.config
     kv = c.n_kv_heads * c.head_dim
     # q/o, k/v, gate/up, down, and the tied head (vocab x d_model)
@@ -257,7 +169,7 @@ def test_real_model_greedy_equals_ar_under_non_default_forms() -> None:
         pytest.skip(str(err))
     assert tokenizer is not None
     table = KernelTable()
-    for o, i in kernels.model_shapes(model):
+    for o, i in model_shapes(model):
         for r in range(1, kernels.MAX_ROWS + 1):
             pad = {1: 2, 3: 4, 7: 8}.get(r, 0)
             table.forms[(o, i, torch.float32, r)] = Form("wxt", pad)
@@ -273,14 +185,3 @@ def test_real_model_greedy_equals_ar_under_non_default_forms() -> None:
         want = generate_ar(model, prompt, 48).tokens
         method = ("cas-spec", "pld")[i % 2]
         assert generate_speculative(model, prompt, 48, method=method).tokens == want, question
-
-
-def test_row_counts_measured_during_a_stall_are_flagged_for_remeasurement() -> None:
-    costs = {
-        1: {"linear": 100.0, "wxt": 90.0},
-        2: {"linear": 150.0, "wxt": 5000.0},  # one form stalled: the other is plausible
-        3: {"linear": 40000.0, "wxt": 38000.0},  # both forms stalled
-        16: {"linear": 700.0, "wxt": 650.0},
-    }
-    assert kernels.implausible(costs) == [3]
-    assert kernels.implausible({2: {"linear": 1e6}}) == []  # no one-row reference

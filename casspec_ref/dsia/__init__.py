@@ -3,16 +3,17 @@
 Scope: docs/method.md §2. Reading order:
 - `layer_sparsity`, `early_exit`, `act_quant`, `precision`: one strategy each, each a builder
   of `casspec_ref.plan.ExecutionPlan` (strategies are data, read by the model in one place);
-- `compose`: Mixing / Scaling / Replacing and named hierarchies (the seed article's L1/L2/L3);
+- `compose`: Mixing / Scaling / Replacing and named hierarchies;
 - `virtual_draft`: `DraftRunner`, running plans on scratch rows of the target's KV cache;
 - `prompt_lookup`: PLD, the deterministic bottom draft.
 
 The measuring tools (teacher-forced scoring, the layer search) live in `casspec_ref.tools`, the
-per-checkpoint presets in `casspec_ref.io.presets`.
+per-checkpoint presets and the seed article's L1/L2/L3 in `casspec_ref.io.presets`, the real int8
+kernels in `casspec_ref.accel.int8`.
 """
 
 from casspec_ref.dsia.act_quant import QuantKernel, fake_quant_absmax, quant_plan
-from casspec_ref.dsia.compose import Hierarchy, mix, replace, scale, seed_hierarchy
+from casspec_ref.dsia.compose import Hierarchy, mix, replace, scale
 from casspec_ref.dsia.early_exit import early_exit_plan
 from casspec_ref.dsia.layer_sparsity import (
     alternate_skip_plan,
@@ -40,7 +41,6 @@ __all__ = [
     "ranked_skip_plan",
     "replace",
     "scale",
-    "seed_hierarchy",
     "skip_layers_plan",
     "sparsity",
     "sublayer_plan",

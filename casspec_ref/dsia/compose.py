@@ -1,7 +1,8 @@
 """Composing DSIA strategies into draft hierarchies: Mixing, Scaling, Replacing.
 
-Scope: docs/method.md §2 ("Ways to build a hierarchy") and the seed article's example hierarchy
-(L1: 70% sparsity + early exit; L2: 30% sparsity + 8-bit activations; L3: 8-bit only).
+Scope: docs/method.md §2 ("Ways to build a hierarchy"). The seed article's example hierarchy
+(L1: 70% sparsity + early exit; L2: 30% sparsity + 8-bit activations; L3: 8-bit only) is built
+from these three operations by `casspec_ref.io.presets.seed_hierarchy`.
 
 - Mixing (`mix`): orthogonal strategies combined into one plan (union of skipped sub-layers,
   the earliest exit, one linear kernel, one compute dtype). Two different kernels or dtypes
@@ -11,8 +12,8 @@ Scope: docs/method.md §2 ("Ways to build a hierarchy") and the seed article's e
 - Replacing (`replace`): swap one strategy of a plan for another (``dataclasses.replace`` with a
   new name).
 A `Hierarchy` is an ordered tuple of plans, cheapest (most aggressive) first. Every level is the
-same model object with the same weights: a hierarchy adds no weight copy, except the one int8
-copy a fast quantized level caches and the one low-precision copy the model keeps for a
+same model object with the same weights: a hierarchy adds no weight copy, except the quantized
+copy a kernel with quantized weights caches and the one low-precision copy the model keeps for a
 ``compute_dtype`` level.
 """
 
@@ -24,9 +25,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from casspec_ref.config import ModelConfig
-from casspec_ref.dsia.act_quant import quant_plan
-from casspec_ref.dsia.early_exit import exit_for_fraction
-from casspec_ref.dsia.layer_sparsity import SubLayer, alternate_skip_plan, ranked_skip_plan
 from casspec_ref.plan import ExecutionPlan
 
 
@@ -84,46 +82,3 @@ class Hierarchy:
             raise ValueError(f"Hierarchy {self.name!r} has duplicate level names {names}")
         for plan in self.levels:
             plan.validate(config)
-
-
-def seed_hierarchy(
-    config: ModelConfig,
-    ranking: tuple[SubLayer, ...] | None = None,
-    l1_sparsity: float = 0.7,
-    l1_exit_fraction: float = 0.85,
-    l2_sparsity: float = 0.3,
-    bits: int = 8,
-    fast: bool = False,
-) -> Hierarchy:
-    """The seed article's hierarchy as configuration.
-
-    L1 = ``l1_sparsity`` of the sub-layers not run, part of it by exiting after
-    ``l1_exit_fraction`` of the blocks and the rest by skipping inside them; L2 = ``l2_sparsity``
-    + ``bits``-bit activations; L3 = ``bits``-bit activations only. With a ``ranking`` (from
-    `layer_search`) the skipped sub-layers are the cheapest ones; otherwise evenly spaced blocks.
-    The article does not say how L1 splits its 70% between exit and skips: ``l1_exit_fraction``
-    is our parameter.
-    """
-    exit_after = exit_for_fraction(config, l1_exit_fraction)
-    # Sub-layers still to skip inside the kept blocks so that the total reaches l1_sparsity.
-    cut = 2 * (config.n_layers - exit_after)
-    inner = max(0.0, l1_sparsity - cut / (2 * config.n_layers))
-    if ranking is not None:
-        inside = tuple(u for u in ranking if u[0] < exit_after)
-        l1_skip = ranked_skip_plan(config, inside, inner)
-        l2_skip = ranked_skip_plan(config, ranking, l2_sparsity)
-    else:
-        # Evenly spaced whole blocks, as a fraction of the model's blocks.
-        l1_skip = alternate_skip_plan(
-            dataclasses.replace(config, n_layers=exit_after),
-            inner * config.n_layers / exit_after,
-        )
-        l2_skip = alternate_skip_plan(config, l2_sparsity)
-    weight_bits = 8 if fast else None
-    q = quant_plan(bits, weight_bits=weight_bits, fast=fast)
-    l1 = mix(l1_skip, ExecutionPlan(exit_after=exit_after), name=f"L1:s{l1_sparsity}+exit")
-    l2 = mix(l2_skip, q, name=f"L2:s{l2_sparsity}+a{bits}")
-    l3 = replace(q, name=f"L3:a{bits}")
-    hierarchy = Hierarchy("seed", (l1, l2, l3))
-    hierarchy.validate(config)
-    return hierarchy

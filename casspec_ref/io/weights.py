@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from casspec_ref import kernels
+from casspec_ref.accel import kernel_table
 from casspec_ref.config import ModelConfig
 from casspec_ref.io.gguf import GGUFFile
 from casspec_ref.io.presets import attach_preset_drafts
@@ -843,8 +843,8 @@ def load_model(
     (``max_seq_len``), e.g. for a checkpoint declaring a context far beyond any use here.
 
     On CPU it also makes sure the per-machine matmul table covers the model's weight shapes
-    (`casspec_ref.kernels.prepare`: read from the cache, measured once per machine otherwise;
-    ``CASSPEC_KERNELS=default`` skips it).
+    (`casspec_ref.accel.kernel_table.prepare`: read from the cache, measured once per machine
+    otherwise; ``CASSPEC_KERNELS=default`` skips it).
     """
     if path is not None and str(path) == "":
         raise FileNotFoundError("the model path is empty: give a GGUF file or an HF directory")
@@ -867,7 +867,7 @@ def load_model(
             )
         model = build_model(config, state, dtype, device)
         attach_preset_drafts(model, path.name)
-        kernels.prepare(kernels.model_shapes(model), dtype, device)
+        kernel_table.prepare(kernel_table.model_shapes(model), dtype, device)
         return model, tokenizer
     if not path.exists():
         raise FileNotFoundError(f"no model at {path} (expected a .gguf file or an HF directory)")
@@ -882,5 +882,6 @@ def load_model(
             raise ValueError(f"{path}: malformed tokenizer metadata ({err})") from None
     model = build_model(config, state, dtype, device)
     attach_preset_drafts(model, str(file.metadata.get("general.name", path.name)))
-    kernels.prepare(kernels.model_shapes(model), dtype, device)  # the per-machine matmul table
+    # The per-machine matmul table.
+    kernel_table.prepare(kernel_table.model_shapes(model), dtype, device)
     return model, tokenizer

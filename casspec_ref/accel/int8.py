@@ -1,0 +1,174 @@
+"""Real int8 kernels for the W8A8 draft: the fast counterpart of the readable fake-quant kernel.
+
+`casspec_ref.dsia.act_quant.QuantKernel` with ``bits=8, weight_bits=8`` *simulates* W8A8: it
+rounds activations (per token) and weights (per output channel) to the symmetric absmax grid of
+`quantize_absmax` and multiplies in float. `Int8Kernel` computes the same product with integer
+kernels, using that same `quantize_absmax` for the weights, and keeps **one int8 copy of each
+quantized weight** in the kernel object: about 128 MiB for all linears of SmolLM2-135M
+including the tied head (a quarter of its fp32 weights). Two backends:
+
+- ``"fbgemm"`` (CPU default): PyTorch's dynamic quantized linear
+  (``torch.ops.quantized.linear_dynamic`` on a prepacked per-channel weight), called once per
+  token row so that the activation scale is per token. Its activation quantization is
+  *asymmetric* (affine uint8 over the row's [min, max]), not the readable path's symmetric
+  absmax: the two agree closely, not bit for bit (tested; measured in docs/dsia.md), and the
+  kernel reads a quarter of the bytes of fp32 (timings in docs/dsia.md).
+- ``"int_mm"`` (CUDA default; also runs on CPU): ``torch._int_mm`` int8 x int8 -> int32, then
+  ``* scale_x * scale_w``: exactly the readable path's math. On the CPUs measured it was barely
+  faster than fp32 for one row (docs/dsia.md), so it is not the CPU default.
+
+Choose it per forward by picking the plan (`int8_plan`).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from casspec_ref.dsia.act_quant import check_names, quantize_absmax
+from casspec_ref.kernels import exact_linear
+from casspec_ref.plan import LINEAR_NAMES, ExecutionPlan
+
+BACKENDS = ("auto", "fbgemm", "int_mm")
+
+
+@dataclass(frozen=True)
+class Int8Kernel:
+    """A `LinearKernel` running W8A8 with real int8 kernels on selected linear layers.
+
+    Attributes:
+        names: which linears (see `LINEAR_NAMES`) are quantized; the others run exactly.
+        layers: which block indices are quantized (``None`` = all); the head is layer -1.
+        backend: ``"fbgemm"`` (CPU): PyTorch's dynamic quantized linear, called one token row
+            at a time so that the activation scale stays per token; ``"int_mm"``:
+            ``torch._int_mm`` (CUDA, and CPU); ``"auto"``: fbgemm on CPU tensors, int_mm
+            elsewhere.
+        reduce_range: fbgemm only: quantize activations to 7 bits (needed on CPUs without
+            VNNI to avoid saturating 16-bit accumulations).
+    """
+
+    names: frozenset[str] = frozenset(LINEAR_NAMES)
+    layers: frozenset[int] | None = None
+    backend: str = "auto"
+    reduce_range: bool = False
+    #: (layer, name) -> (transposed int8 weight (D_in, D_out), its scale (D_out,), stamp)
+    _int8: dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor, tuple]] = field(
+        default_factory=dict, repr=False, compare=False, hash=False
+    )
+    #: (layer, name) -> (fbgemm's prepacked weight, stamp, int8 bytes it holds)
+    _packed: dict[tuple[int, str], tuple[Any, tuple, int]] = field(
+        default_factory=dict, repr=False, compare=False, hash=False
+    )
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"Int8Kernel.backend={self.backend!r}: allowed are {BACKENDS}")
+        check_names(self.names, "Int8Kernel.names")
+
+    def applies(self, layer: int, name: str) -> bool:
+        """Whether this kernel quantizes linear ``name`` of block ``layer``."""
+        return name in self.names and (self.layers is None or layer in self.layers)
+
+    def __call__(
+        self,
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        layer: int,
+        name: str,
+    ) -> torch.Tensor:
+        if not self.applies(layer, name):
+            return exact_linear(x, weight, bias)
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, x.shape[-1])  # (rows, D_in)
+        fbgemm = self.backend == "fbgemm" or (self.backend == "auto" and x2.device.type == "cpu")
+        if fbgemm:
+            out = self._fbgemm_matmul(x2, weight, bias, layer, name)
+        else:
+            out = self._int_mm_matmul(x2, weight, bias, layer, name)
+        return out.reshape(*lead, weight.shape[0])  # (..., D_out)
+
+    def _int_mm_matmul(
+        self,
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        layer: int,
+        name: str,
+    ) -> torch.Tensor:
+        key = (layer, name)
+        stamp = (tuple(weight.shape), weight.dtype, weight.data_ptr())
+        hit = self._int8.get(key)
+        if hit is None or hit[2] != stamp:
+            q, scale = quantize_absmax(weight, 8)  # (D_out, D_in) int8, (D_out, 1)
+            # int8 x int8 needs the transposed weight contiguous: (D_in, D_out).
+            hit = (q.T.contiguous(), scale.squeeze(-1), stamp)
+            self._int8[key] = hit
+        qw_t, scale_w = hit[0], hit[1]
+        qx, scale_x = quantize_absmax(x.float(), 8)  # (rows, D_in) int8, (rows, 1)
+        acc = torch._int_mm(qx, qw_t)  # (rows, D_out) int32
+        out = (acc.float() * scale_x * scale_w.float()).to(x.dtype)  # (rows, D_out)
+        return out if bias is None else out + bias
+
+    def _fbgemm_matmul(
+        self,
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        layer: int,
+        name: str,
+    ) -> torch.Tensor:
+        key = (layer, name)
+        stamp = (tuple(weight.shape), weight.dtype, weight.data_ptr(), _ptr(bias))
+        hit = self._packed.get(key)
+        if hit is None or hit[1] != stamp:
+            q, scale = quantize_absmax(weight.float(), 8)  # (D_out, D_in) int8, (D_out, 1)
+            zeros = torch.zeros(weight.shape[0], dtype=torch.long)
+            with warnings.catch_warnings():
+                # PyTorch marks quantized-tensor creation as deprecated; the packed int8 GEMM
+                # it feeds is still the CPU's fastest int8 path (see the module docstring).
+                warnings.simplefilter("ignore", UserWarning)
+                qweight = torch._make_per_channel_quantized_tensor(
+                    q, scale.squeeze(-1).double(), zeros, 0
+                )
+                packed = torch.ops.quantized.linear_prepack(
+                    qweight, None if bias is None else bias.float()
+                )
+            hit = (packed, stamp, weight.numel())
+            self._packed[key] = hit
+        xf = x.float()
+        # One call per token row: fbgemm's activation scale is per call, i.e. per token here.
+        rows = [
+            torch.ops.quantized.linear_dynamic(xf[i : i + 1], hit[0], self.reduce_range)
+            for i in range(xf.shape[0])
+        ]  # T x (1, D_out)
+        return torch.cat(rows).to(x.dtype)  # (T, D_out)
+
+    def int8_bytes(self) -> int:
+        """Bytes held by the cached int8 weight copies (this kernel's extra memory)."""
+        return sum(e[0].numel() for e in self._int8.values()) + sum(
+            e[2] for e in self._packed.values()
+        )
+
+
+def _ptr(t: torch.Tensor | None) -> int:
+    return 0 if t is None else t.data_ptr()
+
+
+def int8_plan(
+    exclude: frozenset[str] | set[str] | tuple[str, ...] = (),
+    name: str | None = None,
+    backend: str = "auto",
+) -> ExecutionPlan:
+    """W8A8 with real int8 kernels on every linear but ``exclude``.
+
+    The same draft as ``quant_plan(8, 8, exclude=exclude)`` (the readable fake-quant kernel), up
+    to fbgemm's activation rounding; named ``w8a8[-no_<excluded>]-fast`` unless ``name`` is given.
+    """
+    kernel = Int8Kernel(names=frozenset(LINEAR_NAMES) - frozenset(exclude), backend=backend)
+    if name is None:
+        name = "w8a8" + ("" if not exclude else "-no_" + "_".join(sorted(exclude))) + "-fast"
+    return ExecutionPlan(linear=kernel, name=name)

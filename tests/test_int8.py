@@ -1,0 +1,62 @@
+"""The real int8 kernels (casspec_ref.accel.int8) against the readable fake-quant W8A8 path."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from casspec_ref.accel.int8 import Int8Kernel, int8_plan
+from casspec_ref.dsia.act_quant import QuantKernel, quant_plan
+from casspec_ref.kernels import exact_linear
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 17])
+@pytest.mark.parametrize("backend", ["int_mm", "fbgemm"])
+def test_fast_int8_matches_readable_w8a8(rows: int, backend: str) -> None:
+    gen = torch.Generator().manual_seed(rows)
+    x = torch.randn(1, rows, 64, generator=gen)
+    x[0, 0] *= 20.0  # one token with a much larger range: per-token scales must stay per token
+    w = torch.randn(48, 64, generator=gen)
+    b = torch.randn(48, generator=gen)
+    fast = Int8Kernel(backend=backend)
+    readable = QuantKernel(bits=8, weight_bits=8)
+    out_fast = fast(x, w, b, 0, "attn_q")
+    out_readable = readable(x, w, b, 0, "attn_q")
+    assert out_fast.shape == (1, rows, 48)
+    assert fast.int8_bytes() == 48 * 64
+    exact = x @ w.T + b
+    # Per-row error relative to that row's own scale: a shared (per-tensor) activation scale
+    # would blow up the error of the small rows when row 0 is 20x larger.
+    row_scale = exact.abs().amax(-1, keepdim=True)  # (1, rows, 1)
+    assert ((out_fast - exact).abs() / row_scale).max() < 0.03
+    if backend == "int_mm":
+        # Same symmetric absmax math as the readable path: integer accumulation is exact, only
+        # the float rescaling rounds differently.
+        assert torch.allclose(out_fast, out_readable, rtol=1e-5, atol=1e-4)
+    else:
+        # fbgemm quantizes activations asymmetrically (affine uint8 over [min, max]): close to
+        # the readable path, not equal to it.
+        assert ((out_fast - out_readable).abs() / row_scale).max() < 0.03
+    with pytest.raises(ValueError, match="backend"):
+        Int8Kernel(backend="cuda")
+
+
+@pytest.mark.parametrize("backend", ["int_mm", "fbgemm"])
+def test_selection_and_plan_follow_the_readable_builder(backend: str) -> None:
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(3, 32, generator=gen)
+    w = torch.randn(16, 32, generator=gen)
+    plan = int8_plan(exclude={"mlp_down"}, backend=backend)
+    readable = quant_plan(8, 8, exclude={"mlp_down"})
+    assert plan.name == "w8a8-no_mlp_down-fast" and int8_plan().name == "w8a8-fast"
+    assert isinstance(plan.linear, Int8Kernel) and isinstance(readable.linear, QuantKernel)
+    assert plan.linear.names == readable.linear.names
+    assert torch.equal(plan.linear(x, w, None, 2, "mlp_down"), exact_linear(x, w, None))
+    assert plan.linear.int8_bytes() == 0  # nothing quantized yet
+    out = plan.linear(x, w, None, 2, "mlp_up")
+    assert not torch.equal(out, x @ w.T)
+    scale = (x @ w.T).abs().max()
+    assert (out - readable.linear(x, w, None, 2, "mlp_up")).abs().max() / scale < 0.03
+    assert plan.linear.int8_bytes() == 16 * 32
+    with pytest.raises(ValueError, match="unknown names"):
+        Int8Kernel(names=frozenset({"mlp_dwn"}))
