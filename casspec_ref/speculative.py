@@ -28,7 +28,6 @@ Notable choices:
 from __future__ import annotations
 
 import time
-import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -78,15 +77,8 @@ class StepTrace:
     cache: KVCache
 
 
-#: The default hierarchy built for each model, so that a fast int8 level quantizes the weights
-#: once per model rather than once per call (an explicit cache, dropped with the model).
-_DEFAULT_DRAFTS: weakref.WeakKeyDictionary[Any, tuple[ExecutionPlan, ...]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
 def default_drafts(model: Any) -> tuple[ExecutionPlan, ...]:
-    """The DSIA hierarchy used when `drafts` is None, cheapest level first (built once per model).
+    """The DSIA hierarchy used when `drafts` is None, cheapest level first.
 
     - A model whose loader attached a preset (``model.preset_drafts``, see
       `casspec_ref.io.presets`): that hierarchy.
@@ -98,20 +90,13 @@ def default_drafts(model: Any) -> tuple[ExecutionPlan, ...]:
     preset = getattr(model, "preset_drafts", None)
     if preset:
         return tuple(preset)
-    cached = _DEFAULT_DRAFTS.get(model)
-    if cached is not None:
-        return cached
     n = model.config.n_layers
-    levels: tuple[ExecutionPlan, ...]
     if n >= 12:
         skips = frozenset(i for i in (3, 4, 5, 6, 7, 10, 14) if i < n - 2)
-        levels = (ExecutionPlan(skip_attention=skips, skip_mlp=skips, name="skip7"),)
-    else:
-        early = ExecutionPlan(exit_after=max(1, n - 1), name=f"exit{max(1, n - 1)}")
-        skip = ExecutionPlan(skip_mlp=frozenset({n // 2}), name=f"skipmlp{n // 2}")
-        levels = (early, skip)
-    _DEFAULT_DRAFTS[model] = levels
-    return levels
+        return (ExecutionPlan(skip_attention=skips, skip_mlp=skips, name="skip7"),)
+    early = ExecutionPlan(exit_after=max(1, n - 1), name=f"exit{max(1, n - 1)}")
+    skip = ExecutionPlan(skip_mlp=frozenset({n // 2}), name=f"skipmlp{n // 2}")
+    return (early, skip)
 
 
 def _resolve_drafts(
