@@ -18,7 +18,7 @@ import torch
 
 from casspec_ref.config import tiny_llama
 from casspec_ref.draft import DraftSampling, NodeInfo, StepDrafter
-from casspec_ref.dsia.prompt_lookup import PromptLookup
+from casspec_ref.dsia.prompt_lookup import PromptLookup, PromptLookupConfig
 from casspec_ref.dsia.recycle import TokenRecycler
 from casspec_ref.dsia.virtual_draft import DraftRunner
 from casspec_ref.dytc import PLD, RECYCLE
@@ -210,7 +210,9 @@ def test_draft_logits_are_the_last_row_and_charge_only_real_forwards() -> None:
 
 def test_draft_logits_without_a_runner_is_a_clear_error() -> None:
     drafter = _drafter(runner=False)
-    with pytest.raises(ValueError, match="no draft runner"):
+    with pytest.raises(
+        ValueError, match=r"^this step has no draft runner \(no model draft levels\)$"
+    ):
         drafter.draft_logits("skip", 0)
 
 
@@ -262,6 +264,20 @@ def test_greedy_children_are_the_top_tokens_deterministic() -> None:
     # The tree is full: nothing more, and no forward is run to find that out.
     assert drafter.propose_children("skip", 1, 1) == []
     assert _forwards(drafter) == 1 and len(clock.ticks) == 2
+
+
+def test_children_of_two_levels_at_one_node_carry_each_level_s_confidence() -> None:
+    drafter = _drafter()
+    skip = drafter.propose_children("skip", 0, 1)
+    exit_ = drafter.propose_children("exit", 0, 1)
+    assert skip[0][1] != exit_[0][1]  # so that a shared key would show
+    for (_, confidence), level in zip(skip + exit_, ("skip", "exit"), strict=True):
+        probs = torch.softmax(_reference_logits(level, [ROOT]), -1)
+        assert confidence == pytest.approx(float(probs.max()), rel=1e-12, abs=0)
+    # Each level's law is stored under its own key.
+    zeros = torch.zeros(VOCAB, dtype=torch.float64)
+    assert float(drafter.draft_law("skip", 0, zeros)[1].max()) == skip[0][1]
+    assert float(drafter.draft_law("exit", 0, zeros)[1].max()) == exit_[0][1]
 
 
 def test_one_greedy_child() -> None:
@@ -392,8 +408,34 @@ def test_review_of_nothing_and_without_a_model() -> None:
     assert drafter.review("skip", 0, []) == 0 and drafter.calls == {} and _forwards(drafter) == 0
     bare = _drafter(runner=False)
     assert bare.review("skip", 0, []) == 0
-    with pytest.raises(ValueError, match="vertical cascade needs a model draft level"):
+    with pytest.raises(ValueError, match="^a vertical cascade needs a model draft level$"):
         bare.review("skip", 0, [1])
+
+
+class RowsRunner:
+    """A stand-in for the draft runner: every position gets the same logits `row`."""
+
+    def __init__(self, row: torch.Tensor) -> None:
+        self.row = row
+        self.forwards = 0
+
+    def logits(self, plan: ExecutionPlan, path: list[int]) -> torch.Tensor:
+        self.forwards += 1
+        return self.row.expand(len(path), -1)
+
+
+def test_sampled_review_takes_the_argmax_of_the_greedy_law_not_of_a_softmax() -> None:
+    """Logits 0 and 1e-300 differ, but exp rounds both to the same probability: the reviewer's
+    choice is the larger logit (the temperature-0 law), which a softmax cannot see."""
+    row = torch.full((VOCAB,), -50.0, dtype=torch.float64)
+    row[1], row[2] = 0.0, 1e-300
+    soft = torch.softmax(row, -1)
+    assert soft[1] == soft[2] and int(soft.argmax()) == 1  # the tie a softmax would break low
+    for sampling in (GREEDY, DraftSampling(temperature=0.8)):
+        drafter = _drafter(sampling)
+        drafter.runner = RowsRunner(row)  # type: ignore[assignment]
+        assert drafter.review("skip", 0, [2, 2]) == 2
+        assert drafter.tree.tokens == [ROOT, 2, 2] and drafter.info[1].source == PLD
 
 
 # -- the target's cost curve ----------------------------------------------------------------
@@ -423,6 +465,32 @@ def test_time_target_runs_scratch_forwards_of_the_root_within_the_room() -> None
     assert cache.length == base  # the scratch rows are gone
     assert drafter.calls == {} and drafter.size() == 1
     assert _drafter(runner=False).time_target([1, 2]) == {}
+
+
+def test_time_target_feeds_on_the_cache_device() -> None:
+    """The scratch tokens and positions are made on the device of the cache (here `meta`,
+    which no default device is)."""
+    drafter = _drafter(max_nodes=3)
+    seen: list[tuple[torch.device, torch.device]] = []
+    truncated: list[int] = []
+
+    class Cache:
+        k = torch.empty(0, device="meta")
+
+        def truncate(self, length: int) -> None:
+            truncated.append(length)
+
+    class Model:
+        def forward(self, tokens, positions, cache=None):  # type: ignore[no-untyped-def]
+            seen.append((tokens.device, positions.device))
+
+    class Runner:
+        model, cache, base = Model(), Cache(), 17
+
+    drafter.runner = Runner()  # type: ignore[assignment]
+    assert drafter.time_target([2, 3, 4]) == {2: 1.0, 3: 3.0}
+    meta = torch.device("meta")
+    assert seen == [(meta, meta), (meta, meta)] and truncated == [17, 17]
 
 
 # -- free drafts ----------------------------------------------------------------------------
@@ -475,6 +543,13 @@ def test_pld_expand_without_offers_looks_up_k() -> None:
     )  # fmt: skip
     assert lonely.offers(0, PLD) == 0 and lonely.offers(0, PLD) == 0
     assert lonely.calls == {PLD: 1} and lonely.size() == 1
+
+
+def test_pld_expand_looks_up_k_tokens_whatever_the_default_proposal_length() -> None:
+    pld = PromptLookup(CONTEXT, PromptLookupConfig(max_proposal=2))
+    drafter = StepDrafter(ROOT, CONTEXT, None, pld, {}, GREEDY, Scripted([]), 9, 9, clock=Clock())
+    assert [n for n, _, _ in drafter.expand(0, PLD, 4, 1)] == [1, 2, 3, 4]
+    assert drafter.tree.tokens[1:] == [7, 11, 3, 5]
 
 
 def _recycler() -> TokenRecycler:
@@ -539,6 +614,13 @@ def test_recycled_expansion_of_an_unknown_token() -> None:
     assert drafter.calls == {RECYCLE: 1} and drafter.spent == {RECYCLE: 1.0}
 
 
+def test_recycled_expansion_without_room() -> None:
+    drafter = _drafter(recycler=_recycler(), max_depth=1)
+    node = drafter.add_chain(0, [20], "x")[0]  # 20 has successors, but no depth is left
+    assert drafter.expand(node, RECYCLE, 3, 2) == [] and drafter.size() == 2
+    assert drafter.calls == {RECYCLE: 1}
+
+
 # -- DyTC's model-draft primitives ----------------------------------------------------------
 def test_alternatives_are_the_best_confidences_and_expand_reuses_the_forward() -> None:
     drafter = _drafter()
@@ -550,6 +632,9 @@ def test_alternatives_are_the_best_confidences_and_expand_reuses_the_forward() -
     wide = drafter.alternatives(0, "skip", 100)  # at most the vocabulary
     assert wide == pytest.approx(best.tolist(), rel=1e-12) and len(wide) == VOCAB
     assert drafter.calls == {"skip": 1} and _forwards(drafter) == 1
+    # The law was stored for (level, node): other logits for that key give it back.
+    _, stored = drafter.draft_law("skip", 0, torch.zeros(VOCAB, dtype=torch.float64))
+    np.testing.assert_array_equal(stored, probs.numpy())
     drafter.expand(0, "skip", 1, 2)
     assert drafter.calls == {"skip": 1} and drafter.size() == 3
 
