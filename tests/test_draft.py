@@ -438,6 +438,17 @@ def test_sampled_review_takes_the_argmax_of_the_greedy_law_not_of_a_softmax() ->
         assert drafter.tree.tokens == [ROOT, 2, 2] and drafter.info[1].source == PLD
 
 
+def test_sampled_review_checks_the_reviewer_logits_like_the_target_law() -> None:
+    """Under sampling the reviewer's choice comes from its processed law, so logits that law
+    rejects (here a NaN) are a clear error, not a silent choice."""
+    row = torch.zeros(VOCAB, dtype=torch.float64)
+    row[3] = float("nan")
+    drafter = _drafter(DraftSampling(temperature=0.8))
+    drafter.runner = RowsRunner(row)  # type: ignore[assignment]
+    with pytest.raises(ValueError, match="logits contain NaN"):
+        drafter.review("skip", 0, [1])
+
+
 # -- the target's cost curve ----------------------------------------------------------------
 def test_time_target_runs_scratch_forwards_of_the_root_within_the_room() -> None:
     drafter = _drafter(max_nodes=4)  # room(0) = 3: up to 4 scratch tokens
