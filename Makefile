@@ -70,15 +70,14 @@ thorough: setup
 	HYPOTHESIS_PROFILE=thorough $(BIN)/python -m pytest -q --thorough tests
 
 # mutmut mutates, in a copy (mutants/), the verifier, the sampling transforms, the tree and the
-# drafting code that records q and declares child rules (StepDrafter.propose_children, add_chain,
-# review, _add), and runs the fast tests covering each mutated function ([tool.mutmut] in
-# pyproject.toml). CPU-heavy: one thread per process, two workers. `mutmut results` lists the
-# survivors; `mutmut show NAME` shows one. Scores and survivors: docs/testing.md.
+# drafting code (every method of StepDrafter: mutmut names them
+# casspec_ref.draft.xǁStepDrafterǁMETHOD__mutmut_N), and runs the fast tests covering each
+# mutated function ([tool.mutmut] in pyproject.toml). CPU-heavy: one thread per process, two
+# workers. `mutmut results` lists the survivors; `mutmut show NAME` shows one. Scores and
+# survivors: docs/testing.md.
 MUTATION_WORKERS ?= 2
 MUTATION_NAMES ?= "casspec_ref.verify*" "casspec_ref.sampling*" "casspec_ref.tree*" \
-	"casspec_ref.draft.x*StepDrafter*propose_children*" \
-	"casspec_ref.draft.x*StepDrafter*add_chain*" \
-	"casspec_ref.draft.x*StepDrafter*review*" "casspec_ref.draft.x*StepDrafter*_add__*"
+	"casspec_ref.draft.xǁStepDrafterǁ*"
 mutation: setup
 	$(BIN)/python -m pip install --quiet -e ".[mutation]" torch==2.13.0
 	OMP_NUM_THREADS=1 HYPOTHESIS_PROFILE=mutation $(BIN)/mutmut run \
