@@ -289,10 +289,8 @@ class StepDrafter:
         if draft == PLD:
             tokens = self._lookups.get(node) or self.lookup(node, k)
             nodes = self.add_chain(node, tokens[:k], PLD)
-            return [
-                (child, parent, None)
-                for child, parent in zip(nodes, [node, *nodes[:-1]], strict=True)
-            ]
+            parents = [node, *nodes][: len(nodes)]  # each added node hangs below the one before
+            return [(child, parent, None) for child, parent in zip(nodes, parents, strict=True)]
         if draft == RECYCLE:
             return self._expand_recycled(node, k, width)
         first = self.propose_children(draft, node, width)

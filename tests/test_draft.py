@@ -556,6 +556,20 @@ def test_pld_expand_without_offers_looks_up_k() -> None:
     assert lonely.calls == {PLD: 1} and lonely.size() == 1
 
 
+def test_pld_expand_that_adds_nothing_returns_nothing() -> None:
+    """`expand` adds "up to" k tokens: an empty lookup, k = 0 or no room add none, no crash."""
+    lonely = StepDrafter(
+        ROOT, [1, 2, ROOT], None, PromptLookup([1, 2, ROOT]), {}, GREEDY, Scripted([]), 8, 8,
+        clock=Clock(),
+    )  # fmt: skip
+    assert lonely.expand(0, PLD, 3, 1) == [] and lonely.size() == 1
+    drafter = _drafter()
+    assert drafter.expand(0, PLD, 0, 1) == [] and drafter.size() == 1
+    full = StepDrafter(ROOT, CONTEXT, None, PromptLookup(CONTEXT), {}, GREEDY, Scripted([]), 1, 8,
+                       clock=Clock())  # fmt: skip
+    assert full.expand(0, PLD, 3, 1) == [] and full.size() == 1
+
+
 def test_pld_expand_looks_up_k_tokens_whatever_the_default_proposal_length() -> None:
     pld = PromptLookup(CONTEXT, PromptLookupConfig(max_proposal=2))
     drafter = StepDrafter(ROOT, CONTEXT, None, pld, {}, GREEDY, Scripted([]), 9, 9, clock=Clock())
