@@ -452,7 +452,8 @@ class DyTCPolicy:
         self._seen: set[str] = set()
         #: seconds DyTC may still spend on exploring sizes predicted not to pay
         self.explore_budget = 0.0
-        self._explored: dict[int, float] = {}  # optimistic sizes of this step -> extra cost
+        #: what exploring this step's tree costs the budget if it is verified (see `grow`)
+        self._exploring = 0.0
 
     # -- what DyTC predicts ----------------------------------------------------------------
     def ready(self) -> bool:
@@ -465,13 +466,17 @@ class DyTCPolicy:
         Exploration: a stale size whose predicted extra cost over a plain step the budget can
         pay is predicted at the curve's floor (optimism in the face of uncertainty).
         """
+        if self.exploration_cost(tree_size) > 0:
+            return self.verify_cost.floor()
+        return self.verify_cost.predict(tree_size)
+
+    def exploration_cost(self, tree_size: int) -> float:
+        """How much cheaper than predicted `verify_seconds` assumes `tree_size` to be: its
+        predicted extra cost over the floor when the size is stale and the budget can pay it,
+        else 0."""
         curve = self.verify_cost
-        predicted = curve.predict(tree_size)
-        extra = predicted - curve.floor()
-        if 0 < extra <= self.explore_budget and curve.stale(tree_size):
-            self._explored[tree_size] = extra
-            return curve.floor()
-        return predicted
+        extra = curve.predict(tree_size) - curve.floor()
+        return extra if 0 < extra <= self.explore_budget and curve.stale(tree_size) else 0.0
 
     def step_seconds(self) -> float:
         """Predicted time of a plain decoding step (a tree of the root only)."""
@@ -591,10 +596,7 @@ class DyTCPolicy:
             # one-time setup and is discarded, so each draft is probed twice).
             self._record(tree, untimed[0], drafter.expand(0, untimed[0], 1, 1))
             return tree.reach()
-        while True:
-            choice = self.plan(drafter, tree, drafts)
-            if choice is None:
-                return tree.reach()
+        while (choice := self.plan(drafter, tree, drafts)) is not None:
             width = 1
             if self.config.siblings > 1 and choice.draft != PLD:
                 base = (tree.expected_tokens(), drafter.seconds(), drafter.size())
@@ -606,8 +608,12 @@ class DyTCPolicy:
                     width = self._width(choice, cum, confidences, base)
             added = drafter.expand(choice.leaf, choice.draft, choice.k, width)
             if not added:
-                return tree.reach()
+                break
             self._record(tree, choice.draft, added)
+        # If the final size looked cheap only because it was stale, verifying it explores:
+        # the budget pays its predicted extra cost when the step is observed.
+        self._exploring = self.exploration_cost(drafter.size())
+        return tree.reach()
 
     def _record(
         self, tree: TreeEstimate, draft: str, added: list[tuple[int, int, float | None]]
@@ -643,10 +649,8 @@ class DyTCPolicy:
         """
         # The exploration budget earns its share of the step and pays for an explored size.
         spent = verify_seconds + sum(seconds for _, seconds in draft_timings.values())
-        self.explore_budget += self.config.explore_fraction * spent
-        if verify_tokens in self._explored:
-            self.explore_budget -= self._explored[verify_tokens]
-        self._explored.clear()
+        self.explore_budget += self.config.explore_fraction * spent - self._exploring
+        self._exploring = 0.0
         self.verify_cost.observe(verify_tokens, verify_seconds)
         for name, (calls, seconds) in draft_timings.items():
             if calls < 1 or name not in self.draft_cost:

@@ -335,6 +335,33 @@ def test_exploration_recovers_from_a_load_spike() -> None:
     assert max(sizes[-500:]) > 1 and sum(sizes[-500:]) / 500 > 2
 
 
+def test_exploring_a_stale_size_is_paid_by_the_budget() -> None:
+    """A stale size whose extra cost the budget can pay is predicted at the floor; when a tree
+    of that size is verified, the budget pays exactly that predicted extra cost, and a size
+    measured recently is predicted as measured and costs the budget nothing."""
+    policy = _timed_policy(draft_seconds=0.004, alpha=0.9, siblings=1, explore_horizon=4)
+    for _ in range(4):  # sizes 2..32 go stale; the budget earns 5% of each step
+        policy.observe_step([], 1, 0.040, {})
+    extra = policy.verify_cost.predict(5) - policy.verify_cost.floor()
+    assert 0 < extra <= policy.explore_budget and policy.verify_cost.stale(5)
+    assert policy.verify_seconds(5) == policy.verify_cost.floor()
+    assert policy.exploration_cost(5) == extra and policy.exploration_cost(1) == 0.0
+    world = World(CURVES["linear"], {"l1": 0.9}, {"l1": 0.004})
+    drafter = _drafter(world)
+    policy.grow(drafter, ["l1"])
+    size = drafter.size()
+    assert size > 1 and policy.verify_cost.stale(size)
+    owed = policy.exploration_cost(size)
+    assert owed > 0
+    budget = policy.explore_budget
+    policy.observe_step([], size, 0.050, {"l1": (size - 1, 0.004 * (size - 1))})
+    earned = policy.config.explore_fraction * (0.050 + 0.004 * (size - 1))
+    assert policy.explore_budget == pytest.approx(budget + earned - owed, rel=1e-12)
+    # Measured now: predicted as measured, nothing owed.
+    assert not policy.verify_cost.stale(size) and policy.exploration_cost(size) == 0.0
+    assert policy.verify_seconds(size) == policy.verify_cost.predict(size)
+
+
 @pytest.mark.parametrize("curve", list(CURVES))
 def test_simulator_dytc_near_the_best_fixed_schedule_in_hindsight(curve: str) -> None:
     """Over 3000 simulated steps, DyTC's realised tokens per second are within MARGIN of the
