@@ -31,8 +31,9 @@ section). Read top to bottom, this module is the algorithm:
    draft's acceptance relaxes towards its prior (`reexplore`), and a tree size not measured
    recently (never tried, or measured during a load spike) is predicted as cheap as the
    cheapest size whenever the exploration budget can pay for being wrong. The budget earns
-   `explore_fraction` of every step's time and pays the predicted extra cost of each such
-   optimistic size, so exploration costs at most that fraction of the time.
+   `explore_fraction` of every step's time and pays the predicted extra cost of an optimistic
+   size (`exploration_cost`) whenever a tree of that size is verified, so exploration costs at
+   most that fraction of the time.
 7. `DyTCPolicy.observe_step`: what one verified step teaches (acceptance per tested node, the
    verify and draft timings).
 
