@@ -363,10 +363,9 @@ def generate_speculative(
     prompt, stops, rng = check_generation_args(
         model, prompt_ids, max_new_tokens, temperature, top_k, top_p, stop_ids, seed, rng
     )
-    if method == "ar":
-        return _plain(model, prompt, max_new_tokens, DraftSampling(temperature, top_k, top_p),
-                      rng, stops, on_token)  # fmt: skip
     sampling = DraftSampling(temperature, top_k, top_p)
+    if method == "ar":
+        return _plain(model, prompt, max_new_tokens, sampling, rng, stops, on_token)
     state = start_decoding(
         model, prompt, max_new_tokens, method, sampling, rng, stops, drafts, options
     )

@@ -11,25 +11,14 @@ from fractions import Fraction as F
 import numpy as np
 import pytest
 import torch
+from test_verify import emitted_law, law
 
 from casspec_ref.proof import exact_law
-from casspec_ref.sampling import RandomSource, TorchRandomSource
+from casspec_ref.sampling import TorchRandomSource
 from casspec_ref.tree import ChildRule, DraftTree
 from casspec_ref.verify import verify_tree
 
 WOR = ChildRule.WITHOUT_REPLACEMENT
-
-
-def law(*weights: int) -> np.ndarray:
-    total = sum(weights)
-    return np.array([F(w, total) for w in weights], dtype=object)
-
-
-def emitted_law(tree: DraftTree, laws: list[np.ndarray], **kwargs) -> dict:
-    def run(rng: RandomSource) -> list[int]:
-        return verify_tree(tree, laws, rng, **kwargs).emitted
-
-    return exact_law(run, exact=True)
 
 
 def test_without_replacement_siblings_that_exhaust_q_raise_a_clear_error():
