@@ -148,7 +148,7 @@ def main() -> None:
         "weight_bytes": weight_bytes,
         "bandwidth_bytes_per_s": bandwidth,
         "floor_ms": floor_ms,
-        "table": after.to_json(),
+        "table": kernel_table.table_to_json(after),
         "threads": torch.get_num_threads(),
     }
     if args.ar:

@@ -90,6 +90,9 @@ def test_table_json_round_trip_and_cache_key(
     text = kernel_table.format_table(table)
     assert "wxt@2" in text and "40x24" in text
     assert kernel_table.format_table(KernelTable(table.forms)) == text  # the core table prints too
+    # ... and serializes too: the same entries without the costs (benchmarks/verify_curve.py).
+    core = kernel_table.table_to_json(KernelTable(table.forms))
+    assert core == [{**e, "cost_us": {}} for e in table.to_json()] and core
 
 
 def test_prepare_follows_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -66,17 +66,7 @@ class MeasuredTable(KernelTable):
         return {(o, i, d) for o, i, d, _ in self.forms}
 
     def to_json(self) -> list[dict[str, object]]:
-        return [
-            {
-                "out": o,
-                "in": i,
-                "dtype": str(d).removeprefix("torch."),
-                "rows": r,
-                "form": str(form),
-                "cost_us": self.timings_us.get((o, i, d, r), {}),
-            }
-            for (o, i, d, r), form in sorted(self.forms.items(), key=lambda kv: _sort_key(kv[0]))
-        ]
+        return table_to_json(self)
 
     @staticmethod
     def from_json(entries: Iterable[Mapping[str, object]]) -> MeasuredTable:
@@ -91,6 +81,23 @@ class MeasuredTable(KernelTable):
             if isinstance(timings, Mapping) and timings:
                 table.timings_us[key] = {str(k): float(str(v)) for k, v in timings.items()}
         return table
+
+
+def table_to_json(table: KernelTable) -> list[dict[str, object]]:
+    """One JSON entry per (shape, dtype, rows): the chosen form, and the measured costs behind it
+    when ``table`` is a `MeasuredTable` (a core `KernelTable` has none)."""
+    timings = table.timings_us if isinstance(table, MeasuredTable) else {}
+    return [
+        {
+            "out": o,
+            "in": i,
+            "dtype": str(d).removeprefix("torch."),
+            "rows": r,
+            "form": str(form),
+            "cost_us": timings.get((o, i, d, r), {}),
+        }
+        for (o, i, d, r), form in sorted(table.forms.items(), key=lambda kv: _sort_key(kv[0]))
+    ]
 
 
 def _sort_key(key: Key) -> tuple[str, int, int, int]:
