@@ -1,4 +1,5 @@
-"""The package layout: dependencies run one way, tools -> proof/io -> accel -> core, never back up.
+"""The package layout: dependencies run one way, tools -> proof/io -> accel/baselines -> core ->
+base, never back up.
 
 Every module of `casspec_ref` is parsed (not imported) and each ``casspec_ref.*`` import,
 including imports inside functions, is checked against the layer order below.
@@ -13,16 +14,18 @@ import casspec_ref
 
 PACKAGE = Path(casspec_ref.__file__).parent
 
-#: Layer of a module: 0 = core, 1 = accel (faster kernels, per machine), 2 = io and proof,
-#: 3 = tools (and the package entry point).
-LAYERS = {"accel": 1, "io": 2, "proof": 2, "tools": 3}
+#: Layer of a module: -1 = base (what the core stands on and does not teach: argument checks,
+#: the matmul forms), 0 = core, 1 = accel (faster kernels, per machine) and baselines (the
+#: schedules CAS-Spec is compared with), 2 = io and proof, 3 = tools (and the package's entry
+#: points: ``casspec_ref/__init__.py``, which registers the baselines, and ``__main__``).
+LAYERS = {"base": -1, "accel": 1, "baselines": 1, "io": 2, "proof": 2, "tools": 3}
 
 
 def layer_of(module: str) -> int:
     parts = module.split(".")
-    if parts[:2] == ["casspec_ref", "__main__"]:
+    if len(parts) == 1 or parts[1] == "__main__":
         return 3
-    return LAYERS.get(parts[1], 0) if len(parts) > 1 else 0
+    return LAYERS.get(parts[1], 0)
 
 
 def imports_of(path: Path) -> list[str]:
@@ -72,9 +75,13 @@ def test_layer_rule_can_fail() -> None:
     assert layer_of("casspec_ref.proof.harness") > layer_of("casspec_ref.accel")
     assert layer_of("casspec_ref.tools.demo") > layer_of("casspec_ref.io.presets")
     assert layer_of("casspec_ref.__main__") == 3
+    assert layer_of("casspec_ref.base.kernels") < layer_of("casspec_ref.model")
+    assert layer_of("casspec_ref.baselines") > layer_of("casspec_ref.schedules")
+    assert layer_of("casspec_ref") > layer_of("casspec_ref.baselines")
 
 
-#: The core (every module outside io/, proof/, tools/ and accel/) is read, not just run.
+#: The core (top level and dsia/; not base/, accel/, baselines/, io/, proof/, tools/) is read,
+#: not just run.
 MAX_FUNCTION_LINES = 60
 
 
