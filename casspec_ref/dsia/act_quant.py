@@ -1,61 +1,28 @@
-"""Activation quantization as a DSIA strategy: readable fake-quant kernels.
-
-Scope: docs/method.md §2 ("Activation quantization"); the seed article's 8-bit drafts (L2, L3).
-A `QuantKernel` is a `LinearKernel` (plan.py): it is handed ``x``, the layer's weight and bias,
-the block index and the linear's name, and decides whether to quantize.
-
-The kernel is *fake* quantization: ``fake_quant_absmax`` rounds each token's activation row to
-``bits`` with a symmetric absmax scale (optionally per group of ``group_size`` channels), returns
-it dequantized, and an ordinary float matmul follows. With ``weight_bits=8`` the weight is also
-fake-quantized per output channel (W8A8). This is a simulation: it costs at least as much as the
-target and only measures alpha; the real int8 kernels computing the same W8A8 product are in
-`casspec_ref.accel.int8`.
-
-Error bound (tested): for a row with absmax ``m`` and ``qmax = 2**(bits-1) - 1``, every element
-of ``fake_quant_absmax`` is within ``m / (2 * qmax)`` of the input (half a quantization step).
-
-Deviations and notes: PyTorch's dynamic quantization with a per-*tensor* activation scale kept
-only ~0.45 argmax agreement on SmolLM2 (docs/smollm2.md); per-*token* scales are the form
-docs/method.md names and are what we implement; which linears to quantize is the ``names`` /
-``layers`` selection (the MLP down projection sees the widest activation range). 4-bit uses the
-same symmetric absmax rule; per-token 4-bit is coarse, so ``group_size`` (e.g. 32) is offered.
-"""
-
-from __future__ import annotations
+"""Activation quantization (docs/method.md §2), readable fake-quant kernels: each token's row is
+rounded to ``bits`` with a symmetric absmax scale and dequantized before a float matmul. This
+measures alpha and is never cheaper than the target: the int8 kernels are `casspec_ref.accel.int8`.
+See docs/dsia.md."""
 
 from dataclasses import dataclass, field
 
 import torch
 
+from casspec_ref.base.dsia_checks import check_bits, check_group_size, check_quant_kernel
 from casspec_ref.model import exact_linear
 from casspec_ref.plan import LINEAR_NAMES, ExecutionPlan
-
-#: Bit widths the kernels support: 8 (the seed article's draft) and 4.
-SUPPORTED_BITS = (4, 8)
-
-
-def _check_bits(bits: int, what: str) -> int:
-    if bits not in SUPPORTED_BITS:
-        raise ValueError(f"{what}={bits} is not supported: allowed bit widths are {SUPPORTED_BITS}")
-    return 2 ** (bits - 1) - 1
 
 
 def quantize_absmax(
     x: torch.Tensor, bits: int = 8, group_size: int | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Symmetric absmax quantization along the last dimension (per token, or per group).
+    """Symmetric absmax quantization of the last dimension, one scale per row (or per group).
 
-    Returns ``(q, scale)`` with ``q`` integer-valued in ``[-qmax, qmax]`` (dtype int8, shape of
-    ``x``) and ``scale`` of shape ``x.shape[:-1] + (n_groups,)`` such that ``q * scale`` (scale
-    broadcast over each group) approximates ``x``. A row of zeros gets scale 0 and q = 0.
+    Returns int8 ``q`` in ``[-qmax, qmax]`` and ``scale`` ``(..., n_groups)``, ``q * scale ~ x``.
     """
-    qmax = _check_bits(bits, "bits")
+    check_bits(bits, "bits")
+    qmax = 2 ** (bits - 1) - 1
     width = x.shape[-1]
-    group = width if group_size is None else group_size
-    if group < 1 or width % group != 0:
-        raise ValueError(
-            f"group_size={group_size} must be a positive divisor of the last dimension ({width})"
-        )
+    group = check_group_size(group_size, width)
     xg = x.reshape(*x.shape[:-1], width // group, group)  # (..., G, width/G)
     absmax = xg.abs().amax(dim=-1, keepdim=True)  # (..., G, 1)
     scale = absmax / qmax
@@ -75,39 +42,26 @@ def dequantize_absmax(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) 
 def fake_quant_absmax(
     x: torch.Tensor, bits: int = 8, group_size: int | None = None
 ) -> torch.Tensor:
-    """Quantize-dequantize ``x`` per token (last dimension): the readable reference."""
+    """Quantize-dequantize ``x`` per token: each element moves by at most half a step."""
     q, scale = quantize_absmax(x, bits, group_size)
     return dequantize_absmax(q, scale, x.dtype)
 
 
 @dataclass(frozen=True)
 class QuantKernel:
-    """A `LinearKernel` that quantizes the activations entering selected linear layers.
+    """A `LinearKernel` (plan.py) that fake-quantizes the activations of selected linears."""
 
-    Attributes:
-        bits: activation bit width (8 or 4).
-        group_size: channels per activation scale; ``None`` = one scale per token.
-        weight_bits: ``None`` keeps float weights (activation-only quantization); 8 or 4
-            fake-quantizes the weight per output channel too (computed once, cached here).
-        names: which linears (see `LINEAR_NAMES`) are quantized; the others run exactly.
-        layers: which block indices are quantized (``None`` = all); the head is layer -1.
-    """
-
-    bits: int = 8
-    group_size: int | None = None
-    weight_bits: int | None = None
-    names: frozenset[str] = frozenset(LINEAR_NAMES)
-    layers: frozenset[int] | None = None
+    bits: int = 8  # activation bit width (8 or 4)
+    group_size: int | None = None  # channels per activation scale; None: one per token
+    weight_bits: int | None = None  # None: float weights; 8 or 4: per output channel, cached
+    names: frozenset[str] = frozenset(LINEAR_NAMES)  # the linears quantized; others run exactly
+    layers: frozenset[int] | None = None  # the blocks quantized (None: all; the head is -1)
     _weights: dict[tuple[int, str], tuple[torch.Tensor, tuple]] = field(
         default_factory=dict, repr=False, compare=False, hash=False
     )
 
     def __post_init__(self) -> None:
-        _check_bits(self.bits, "QuantKernel.bits")
-        if self.weight_bits is not None:
-            _check_bits(self.weight_bits, "QuantKernel.weight_bits")
-        if self.group_size is not None and self.group_size < 1:
-            raise ValueError(f"QuantKernel.group_size must be >= 1 or None, got {self.group_size}")
+        check_quant_kernel(self.bits, self.weight_bits, self.group_size)
         check_names(self.names, "QuantKernel.names")
 
     def applies(self, layer: int, name: str) -> bool:
@@ -115,16 +69,14 @@ class QuantKernel:
         return name in self.names and (self.layers is None or layer in self.layers)
 
     def _weight(self, weight: torch.Tensor, layer: int, name: str) -> torch.Tensor:
-        """The fake-quantized float weight of one linear, cached per (layer, name)."""
-        key = (layer, name)
+        """The fake-quantized weight of one linear, cached until that weight tensor changes."""
         stamp = (tuple(weight.shape), weight.dtype, weight.data_ptr())
-        hit = self._weights.get(key)
+        hit = self._weights.get((layer, name))
         if hit is not None and hit[1] == stamp:
             return hit[0]
         assert self.weight_bits is not None
-        q, scale = quantize_absmax(weight, self.weight_bits)  # (D_out, D_in), (D_out, 1)
-        stored = dequantize_absmax(q, scale, weight.dtype)  # (D_out, D_in)
-        self._weights[key] = (stored, stamp)
+        stored = fake_quant_absmax(weight, self.weight_bits)  # (D_out, D_in), per output channel
+        self._weights[(layer, name)] = (stored, stamp)
         return stored
 
     def __call__(
@@ -160,8 +112,7 @@ def quant_plan(
 ) -> ExecutionPlan:
     """A plan whose linears (all but ``exclude``) quantize their input activations.
 
-    Example: ``quant_plan(8, 8, exclude={"mlp_down"})`` is W8A8 on every linear but the MLP
-    down projection (`casspec_ref.accel.int8.int8_plan` runs the same with int8 kernels).
+    ``quant_plan(8, 8, exclude={"mlp_down"})`` is W8A8 on every linear but the MLP down projection.
     """
     names = frozenset(LINEAR_NAMES) - frozenset(exclude)
     kernel = QuantKernel(bits=bits, group_size=group_size, weight_bits=weight_bits, names=names)

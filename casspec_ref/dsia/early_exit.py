@@ -1,21 +1,17 @@
-"""Early exit: run the first ``exit_after`` blocks, then the shared final norm and LM head.
+"""Early exit (docs/method.md §2): run the first ``exit_after`` blocks, then the shared head.
 
-Scope: docs/method.md §2 ("Early exit"); the seed article's L1 draft combines it with sparsity.
-No extra head is trained or stored: the exit reuses the target's own final norm and head
-(`ExecutionPlan.exit_after`), so the draft adds no weights. On small models it is a weak draft
-(docs/smollm2.md: exiting after 25 of 30 layers keeps ~0.39 greedy agreement).
+No extra head is trained or stored: the exit reuses the target's own final norm and LM head
+(`ExecutionPlan.exit_after`), so the draft adds no weights. Measured: docs/dsia.md.
 """
 
-from __future__ import annotations
-
+from casspec_ref.base.dsia_checks import check_exit_after, check_exit_fraction
 from casspec_ref.config import ModelConfig
 from casspec_ref.plan import ExecutionPlan
 
 
 def early_exit_plan(config: ModelConfig, exit_after: int, name: str | None = None) -> ExecutionPlan:
     """Run blocks ``[0, exit_after)`` then the shared head; ``exit_after`` in ``1..n_layers``."""
-    if isinstance(exit_after, bool) or not isinstance(exit_after, int):
-        raise ValueError(f"exit_after must be an int in 1..{config.n_layers}, got {exit_after!r}")
+    check_exit_after(exit_after, config.n_layers)
     plan = ExecutionPlan(exit_after=exit_after, name=name if name else f"exit{exit_after}")
     plan.validate(config)
     return plan
@@ -23,6 +19,5 @@ def early_exit_plan(config: ModelConfig, exit_after: int, name: str | None = Non
 
 def exit_for_fraction(config: ModelConfig, fraction: float) -> int:
     """The ``exit_after`` that keeps ``fraction`` of the blocks (rounded, at least one)."""
-    if not 0.0 < fraction <= 1.0:
-        raise ValueError(f"early-exit fraction={fraction} must be within (0, 1]")
+    check_exit_fraction(fraction)
     return max(1, min(config.n_layers, round(fraction * config.n_layers)))

@@ -1,49 +1,31 @@
-"""Layer sparsity: skip the attention and/or MLP sub-layers of chosen blocks.
+"""Layer sparsity (docs/method.md §2, as in SWIFT): skip attention and/or MLP sub-layers.
 
-Scope: docs/method.md §2 ("Layer sparsity"), the strategy SWIFT and CAS-Spec's sparse drafts use.
-A skipped sub-layer does not run at all: the residual stream passes through unchanged and no K/V
-is written for a skipped attention (the model reads `ExecutionPlan.skip_attention`/`skip_mlp`).
-
-Notable choices:
-- Granularity is the *sub-layer* (SWIFT's choice): a unit is ``(layer, "attn")`` or
-  ``(layer, "mlp")``. "Sparsity" is the fraction of the ``2 * n_layers`` sub-layers that do not
-  run (early exit included), so that one number compares every plan.
-- Two ways to pick the set: `alternate_skip_plan` (evenly spaced whole layers, keeping the first
-  and last blocks, the naive baseline) and `ranked_skip_plan` (the first k units of a ranking,
-  e.g. the one `layer_search` finds). Scaling a ranking gives nested sets, so a hierarchy of
-  strengths is consistent (a stronger level skips a superset of a weaker one).
+A skipped sub-layer does not run: the residual stream passes through unchanged and a skipped
+attention writes no K/V. The unit is the sub-layer ``(layer, "attn" | "mlp")``; "sparsity" is the
+fraction of the ``2 * n_layers`` sub-layers that do not run. Choices: docs/dsia.md.
 """
-
-from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
 from typing import Literal
 
+from casspec_ref.base.dsia_checks import check_skippable, check_sparsity_ratio, check_sublayers
 from casspec_ref.config import ModelConfig
 from casspec_ref.plan import ExecutionPlan
 
-SubLayerKind = Literal["attn", "mlp"]
 #: One skippable unit: (block index, "attn" | "mlp").
-SubLayer = tuple[int, SubLayerKind]
+SubLayer = tuple[int, Literal["attn", "mlp"]]
 
 
 def sublayer_plan(
     config: ModelConfig, sublayers: Iterable[SubLayer], name: str | None = None
 ) -> ExecutionPlan:
     """A plan that skips exactly the given sub-layers; validated against ``config``."""
-    attn: set[int] = set()
-    mlp: set[int] = set()
-    for unit in sublayers:
-        layer, kind = unit
-        if kind == "attn":
-            attn.add(int(layer))
-        elif kind == "mlp":
-            mlp.add(int(layer))
-        else:
-            raise ValueError(f"sub-layer kind {kind!r} in {unit!r}: allowed are 'attn' and 'mlp'")
+    units = check_sublayers(sublayers)
+    attn = frozenset(int(layer) for layer, kind in units if kind == "attn")
+    mlp = frozenset(int(layer) for layer, kind in units if kind == "mlp")
     label = name if name is not None else f"skip{len(attn) + len(mlp)}"
-    plan = ExecutionPlan(skip_attention=frozenset(attn), skip_mlp=frozenset(mlp), name=label)
+    plan = ExecutionPlan(skip_attention=attn, skip_mlp=mlp, name=label)
     plan.validate(config)
     return plan
 
@@ -58,14 +40,10 @@ def skip_layers_plan(
 
 
 def _count(config: ModelConfig, ratio: float, available: int) -> int:
-    if not 0.0 <= ratio <= 1.0:
-        raise ValueError(f"sparsity ratio={ratio} must be within [0, 1]")
+    """How many sub-layers ``ratio`` skips, at most the ``available`` ones."""
+    check_sparsity_ratio(ratio)
     k = round(ratio * 2 * config.n_layers)
-    if k > available:
-        raise ValueError(
-            f"sparsity ratio={ratio} asks for {k} skipped sub-layers but only {available} "
-            f"are skippable here"
-        )
+    check_skippable(ratio, k, available)
     return k
 
 
@@ -74,8 +52,7 @@ def alternate_skip_plan(
 ) -> ExecutionPlan:
     """Skip ``round(ratio * n_layers)`` whole blocks spread evenly over the middle blocks.
 
-    ``keep_first``/``keep_last`` blocks always run (docs/method.md §2: the first and last layers
-    are usually kept; on SmolLM2 layers 0-1 and 28-29 are essential).
+    The first ``keep_first`` and last ``keep_last`` blocks always run (the naive baseline).
     """
     middle = list(range(keep_first, config.n_layers - keep_last))
     n_skip = _count(config, ratio, 2 * len(middle)) // 2
@@ -89,7 +66,10 @@ def alternate_skip_plan(
 def ranked_skip_plan(
     config: ModelConfig, ranking: Sequence[SubLayer], ratio: float, name: str | None = None
 ) -> ExecutionPlan:
-    """Skip the first ``round(ratio * 2 * n_layers)`` sub-layers of ``ranking`` (cheapest first)."""
+    """Skip the first ``round(ratio * 2 * n_layers)`` sub-layers of ``ranking`` (cheapest first).
+
+    Scaling one ranking gives nested sets: a stronger level skips a superset of a weaker one.
+    """
     k = _count(config, ratio, len(ranking))
     return sublayer_plan(config, ranking[:k], name if name is not None else f"ranked{ratio:.2f}")
 
@@ -97,7 +77,5 @@ def ranked_skip_plan(
 def sparsity(plan: ExecutionPlan, config: ModelConfig) -> float:
     """Fraction of the ``2 * n_layers`` sub-layers that ``plan`` does not run (exit included)."""
     runs = config.n_layers if plan.exit_after is None else plan.exit_after
-    skipped = sum(1 for i in plan.skip_attention if i < runs) + sum(
-        1 for i in plan.skip_mlp if i < runs
-    )
+    skipped = sum(1 for units in (plan.skip_attention, plan.skip_mlp) for i in units if i < runs)
     return 1.0 - (2 * runs - skipped) / (2 * config.n_layers)

@@ -1,45 +1,24 @@
-"""Virtual draft models: run the target under a DSIA plan on scratch rows of its own KV cache.
+"""Virtual draft models (docs/method.md §2, "Draft KV"): the target under a DSIA plan, run on
+scratch rows of its own KV cache.
 
-Scope: docs/method.md §2 ("Draft KV"): a draft reads the target's KV for verified tokens; what it
-writes for unverified tokens is scratch, discarded after the step. Every draft is the same
-`Transformer` object run with another `ExecutionPlan`, so drafts add no weight copies.
-
-`DraftRunner` is how every model draft runs during one speculative step:
-- at construction it remembers ``base = cache.length`` (the verified length);
-- ``logits(plan, path_tokens)`` feeds ``path_tokens`` (the root, i.e. the last committed token,
-  not in the cache yet, then drafted tokens along one tree path) at positions ``base ..`` as
-  scratch rows ``[base, base + len(path))``, and returns one row of logits per path token;
-- it keeps the scratch tokens it fed, the plan that owns them and their logits, so a call with
-  the same plan and a path extending (or repeating a prefix of) what was fed only runs the new
-  suffix; another plan or another branch re-feeds from the first difference (another plan:
-  from the root, because its executed layers differ and its scratch K/V is not reusable);
-- ``release()`` truncates the cache back to ``base``.
-
-Choice: recomputing a short unverified path instead of sharing scratch K/V between plans
-(docs/method.md §2 names it "the simple fix"). Scratch rows of a skipped attention sub-layer are
-never written, and never read by the plan that skipped it.
+A draft reads the target's K/V for verified tokens; what it writes for unverified tokens is
+scratch, discarded after the step. Another plan re-feeds the path from the root instead of sharing
+scratch K/V (the method's "simple fix"). Details: docs/dsia.md.
 """
 
-from __future__ import annotations
-
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import torch
 
+from casspec_ref.base.dsia_checks import check_draft_call
+from casspec_ref.kv_cache import KVCache
+from casspec_ref.model import Transformer
 from casspec_ref.plan import ExecutionPlan
-
-if TYPE_CHECKING:
-    from casspec_ref.kv_cache import KVCache
-    from casspec_ref.model import Transformer
 
 
 class DraftRunner:
-    """Runs draft plans over one step's unverified paths, on scratch rows of the target cache.
-
-    Counters: ``forwards`` (model forwards run), ``tokens_fed`` (tokens those forwards fed),
-    ``reused`` (path tokens answered from stored logits without a forward).
-    """
+    """Runs draft plans over one step's unverified paths, on scratch rows ``[base, ..)`` of the
+    target cache; the same plan along a path it has fed only runs the new suffix."""
 
     def __init__(self, model: Transformer, cache: KVCache) -> None:
         self.model = model
@@ -48,28 +27,21 @@ class DraftRunner:
         self._plan: ExecutionPlan | None = None
         self._fed: list[int] = []
         self._rows: list[torch.Tensor] = []  # one (V,) logits row per fed token
-        self.forwards = 0
-        self.tokens_fed = 0
-        self.reused = 0
+        self.forwards = 0  # model forwards run
+        self.tokens_fed = 0  # tokens those forwards fed
+        self.reused = 0  # path tokens answered from stored logits, without a forward
 
     def logits(self, plan: ExecutionPlan, path_tokens: Sequence[int]) -> torch.Tensor:
         """Logits ``(len(path_tokens), V)`` of ``plan`` along ``path_tokens`` after the prefix."""
         path = [int(t) for t in path_tokens]
-        if not path:
-            raise ValueError("DraftRunner.logits needs a non-empty path (at least the root token)")
-        if self.cache.length < self.base:
-            raise ValueError(
-                f"DraftRunner: the cache was truncated below the verified length {self.base} "
-                f"(length {self.cache.length}); create a new runner for a new step"
-            )
+        check_draft_call(path, self.cache.length, self.base)
         plan.validate(self.model.config)
-        same = 0
-        if self._plan == plan:
-            limit = min(len(path), len(self._fed))
-            while same < limit and self._fed[same] == path[same]:
-                same += 1
-        else:
+        if self._plan != plan:
             self._plan, self._fed, self._rows = plan, [], []
+        limit = min(len(path), len(self._fed))
+        same = 0
+        while same < limit and self._fed[same] == path[same]:
+            same += 1
         self.reused += same
         if same < len(path):
             # Drop scratch rows from the first difference, then feed the rest of the path.
