@@ -29,16 +29,12 @@ from pathlib import Path
 import torch
 
 from casspec_ref.accel.int8 import Int8Kernel, int8_plan
-from casspec_ref.dsia import (
-    PromptLookup,
-    alternate_skip_plan,
-    early_exit_plan,
-    mix,
-    precision_plan,
-    quant_plan,
-    ranked_skip_plan,
-    sparsity,
-)
+from casspec_ref.dsia.act_quant import quant_plan
+from casspec_ref.dsia.compose import mix
+from casspec_ref.dsia.early_exit import early_exit_plan
+from casspec_ref.dsia.layer_sparsity import alternate_skip_plan, ranked_skip_plan, sparsity
+from casspec_ref.dsia.precision import precision_plan
+from casspec_ref.dsia.prompt_lookup import PromptLookup
 from casspec_ref.io.presets import seed_hierarchy
 from casspec_ref.io.weights import load_model
 from casspec_ref.kv_cache import KVCache

@@ -10,21 +10,18 @@ import torch
 
 from casspec_ref.accel.int8 import Int8Kernel
 from casspec_ref.config import ModelConfig, smollm2_135m, tiny_gpt2, tiny_llama
-from casspec_ref.dsia import (
-    DraftRunner,
-    QuantKernel,
+from casspec_ref.dsia.act_quant import QuantKernel, quant_plan
+from casspec_ref.dsia.compose import mix, replace, scale
+from casspec_ref.dsia.early_exit import early_exit_plan
+from casspec_ref.dsia.layer_sparsity import (
     alternate_skip_plan,
-    early_exit_plan,
-    mix,
-    precision_plan,
-    quant_plan,
     ranked_skip_plan,
-    replace,
-    scale,
     skip_layers_plan,
     sparsity,
     sublayer_plan,
 )
+from casspec_ref.dsia.precision import precision_plan
+from casspec_ref.dsia.virtual_draft import DraftRunner
 from casspec_ref.io.presets import seed_hierarchy
 from casspec_ref.kv_cache import KVCache
 from casspec_ref.model import Transformer, exact_linear

@@ -6,7 +6,9 @@ import pytest
 import torch
 
 from casspec_ref.accel.int8 import int8_plan
-from casspec_ref.dsia import DraftRunner, precision_plan, quant_plan
+from casspec_ref.dsia.act_quant import quant_plan
+from casspec_ref.dsia.precision import precision_plan
+from casspec_ref.dsia.virtual_draft import DraftRunner
 from casspec_ref.io.presets import smollm2_drafts
 from casspec_ref.kv_cache import KVCache
 from casspec_ref.plan import ExecutionPlan

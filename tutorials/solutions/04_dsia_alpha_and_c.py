@@ -8,7 +8,7 @@ def best_k(a, cost):
 paying = [n for n in alpha if n != "target" and ewif_chain(alpha[n], best_k(alpha[n], c[n]), c[n]) > 1]
 
 # %% exercise: my-plan
-from casspec_ref.dsia import ranked_skip_plan
+from casspec_ref.dsia.layer_sparsity import ranked_skip_plan
 from casspec_ref.io.presets import SMOLLM2_RANKING
 
 # The 4 sub-layers cheapest to skip (all attention sub-layers): 4 / 60 = 6.7% of the sub-layers.
