@@ -28,7 +28,8 @@ from typing import Any
 
 import torch
 
-from casspec_ref.dsia.act_quant import check_names, quantize_absmax
+from casspec_ref.base.dsia_checks import check_names
+from casspec_ref.dsia.act_quant import quantize_absmax
 from casspec_ref.kernels import exact_linear
 from casspec_ref.plan import LINEAR_NAMES, ExecutionPlan
 
@@ -66,7 +67,7 @@ class Int8Kernel:
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise ValueError(f"Int8Kernel.backend={self.backend!r}: allowed are {BACKENDS}")
-        check_names(self.names, "Int8Kernel.names")
+        check_names(self.names, LINEAR_NAMES, "Int8Kernel.names")
 
     def applies(self, layer: int, name: str) -> bool:
         """Whether this kernel quantizes linear ``name`` of block ``layer``."""

@@ -23,8 +23,9 @@ def check_bits(bits: int, what: str) -> None:
         raise ValueError(f"{what}={bits} is not supported: allowed bit widths are {SUPPORTED_BITS}")
 
 
-def check_group_size(group_size: int | None, width: int) -> int:
+def check_quantize(bits: int, group_size: int | None, width: int) -> int:
     """The group width (the whole row when ``group_size`` is None), checked against ``width``."""
+    check_bits(bits, "bits")
     group = width if group_size is None else group_size
     if group < 1 or width % group != 0:
         raise ValueError(
@@ -39,6 +40,13 @@ def check_quant_kernel(bits: int, weight_bits: int | None, group_size: int | Non
         check_bits(weight_bits, "QuantKernel.weight_bits")
     if group_size is not None and group_size < 1:
         raise ValueError(f"QuantKernel.group_size must be >= 1 or None, got {group_size}")
+
+
+def check_names(names: Iterable[str], allowed: Sequence[str], what: str) -> None:
+    """`ValueError` naming ``what`` if ``names`` holds a name not in ``allowed``."""
+    unknown = sorted(set(names) - set(allowed))
+    if unknown:
+        raise ValueError(f"{what} has unknown names {unknown}: allowed are {allowed}")
 
 
 def check_exit_after(exit_after: Any, n_layers: int) -> None:

@@ -1,13 +1,14 @@
-"""Activation quantization (docs/method.md §2), readable fake-quant kernels: each token's row is
-rounded to ``bits`` with a symmetric absmax scale and dequantized before a float matmul. This
-measures alpha and is never cheaper than the target: the int8 kernels are `casspec_ref.accel.int8`.
-See docs/dsia.md."""
+"""Activation quantization (docs/method.md §2) as readable fake-quant kernels.
+
+Each token's row is rounded to ``bits`` with a symmetric absmax scale, then a float matmul runs:
+it measures alpha, at no saving (`casspec_ref.accel.int8` saves). See docs/dsia.md.
+"""
 
 from dataclasses import dataclass, field
 
 import torch
 
-from casspec_ref.base.dsia_checks import check_bits, check_group_size, check_quant_kernel
+from casspec_ref.base.dsia_checks import check_names, check_quant_kernel, check_quantize
 from casspec_ref.model import exact_linear
 from casspec_ref.plan import LINEAR_NAMES, ExecutionPlan
 
@@ -15,14 +16,11 @@ from casspec_ref.plan import LINEAR_NAMES, ExecutionPlan
 def quantize_absmax(
     x: torch.Tensor, bits: int = 8, group_size: int | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Symmetric absmax quantization of the last dimension, one scale per row (or per group).
-
-    Returns int8 ``q`` in ``[-qmax, qmax]`` and ``scale`` ``(..., n_groups)``, ``q * scale ~ x``.
-    """
-    check_bits(bits, "bits")
-    qmax = 2 ** (bits - 1) - 1
+    """Symmetric absmax quantization of the last dimension, one scale per row (or per group):
+    int8 ``q`` in ``[-qmax, qmax]`` and ``scale`` ``(..., n_groups)``, with ``q * scale ~ x``."""
     width = x.shape[-1]
-    group = check_group_size(group_size, width)
+    group = check_quantize(bits, group_size, width)
+    qmax = 2 ** (bits - 1) - 1
     xg = x.reshape(*x.shape[:-1], width // group, group)  # (..., G, width/G)
     absmax = xg.abs().amax(dim=-1, keepdim=True)  # (..., G, 1)
     scale = absmax / qmax
@@ -62,7 +60,7 @@ class QuantKernel:
 
     def __post_init__(self) -> None:
         check_quant_kernel(self.bits, self.weight_bits, self.group_size)
-        check_names(self.names, "QuantKernel.names")
+        check_names(self.names, LINEAR_NAMES, "QuantKernel.names")
 
     def applies(self, layer: int, name: str) -> bool:
         """Whether this kernel quantizes linear ``name`` of block ``layer``."""
@@ -94,13 +92,6 @@ class QuantKernel:
         xq = fake_quant_absmax(x2, self.bits, self.group_size)
         w = weight if self.weight_bits is None else self._weight(weight, layer, name)
         return exact_linear(xq, w, bias).reshape(*lead, weight.shape[0])  # (..., D_out)
-
-
-def check_names(names: frozenset[str], what: str) -> None:
-    """`ValueError` naming ``what`` if ``names`` holds a name not in `LINEAR_NAMES`."""
-    unknown = sorted(set(names) - set(LINEAR_NAMES))
-    if unknown:
-        raise ValueError(f"{what} has unknown names {unknown}: allowed are {LINEAR_NAMES}")
 
 
 def quant_plan(

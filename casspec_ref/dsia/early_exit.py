@@ -1,7 +1,6 @@
 """Early exit (docs/method.md §2): run the first ``exit_after`` blocks, then the shared head.
 
-No extra head is trained or stored: the exit reuses the target's own final norm and LM head
-(`ExecutionPlan.exit_after`), so the draft adds no weights. Measured: docs/dsia.md.
+The exit reuses the target's own final norm and LM head: no weights added. See docs/dsia.md.
 """
 
 from casspec_ref.base.dsia_checks import check_exit_after, check_exit_fraction

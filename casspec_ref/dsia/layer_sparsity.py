@@ -1,8 +1,7 @@
 """Layer sparsity (docs/method.md §2, as in SWIFT): skip attention and/or MLP sub-layers.
 
-A skipped sub-layer does not run: the residual stream passes through unchanged and a skipped
-attention writes no K/V. The unit is the sub-layer ``(layer, "attn" | "mlp")``; "sparsity" is the
-fraction of the ``2 * n_layers`` sub-layers that do not run. Choices: docs/dsia.md.
+A skipped sub-layer does not run (a skipped attention writes no K/V); "sparsity" is the fraction
+of the ``2 * n_layers`` sub-layers that do not run. See docs/dsia.md.
 """
 
 import math
@@ -50,14 +49,10 @@ def _count(config: ModelConfig, ratio: float, available: int) -> int:
 def alternate_skip_plan(
     config: ModelConfig, ratio: float, keep_first: int = 2, keep_last: int = 2
 ) -> ExecutionPlan:
-    """Skip ``round(ratio * n_layers)`` whole blocks spread evenly over the middle blocks.
-
-    The first ``keep_first`` and last ``keep_last`` blocks always run (the naive baseline).
-    """
+    """Skip ``round(ratio * n_layers)`` whole blocks spread evenly over the middle blocks (the
+    naive baseline); the first ``keep_first`` and last ``keep_last`` blocks always run."""
     middle = list(range(keep_first, config.n_layers - keep_last))
     n_skip = _count(config, ratio, 2 * len(middle)) // 2
-    if n_skip == 0:
-        return ExecutionPlan(name=f"alt{ratio:.2f}")
     # Evenly spaced picks: index floor((j + 0.5) * len / n_skip) for j < n_skip.
     picks = sorted({middle[math.floor((j + 0.5) * len(middle) / n_skip)] for j in range(n_skip)})
     return skip_layers_plan(config, picks, name=f"alt{ratio:.2f}")
@@ -66,10 +61,8 @@ def alternate_skip_plan(
 def ranked_skip_plan(
     config: ModelConfig, ranking: Sequence[SubLayer], ratio: float, name: str | None = None
 ) -> ExecutionPlan:
-    """Skip the first ``round(ratio * 2 * n_layers)`` sub-layers of ``ranking`` (cheapest first).
-
-    Scaling one ranking gives nested sets: a stronger level skips a superset of a weaker one.
-    """
+    """Skip the first ``round(ratio * 2 * n_layers)`` sub-layers of ``ranking`` (cheapest first):
+    one ranking at several ratios gives nested sets, so a stronger level skips more."""
     k = _count(config, ratio, len(ranking))
     return sublayer_plan(config, ranking[:k], name if name is not None else f"ranked{ratio:.2f}")
 

@@ -1,7 +1,6 @@
 """Precision switching: run the draft forward in a lower floating-point dtype.
 
-Ours (docs/method.md §2, "worth measuring"), not one of the paper's strategies. The plan sets
-`ExecutionPlan.compute_dtype`; the model casts its weights once and keeps that copy.
+Ours (docs/method.md §2, "worth measuring"), not the paper's; the model keeps one cast weight copy.
 """
 
 import torch

@@ -1,9 +1,7 @@
 """Prompt lookup decoding (PLD, docs/method.md §2): the near-free bottom draft of the cascade.
 
-Take the last ``n`` tokens of the context (prompt + committed tokens), find an earlier occurrence
-of that n-gram, and propose the tokens that followed it; try ``n = max_ngram`` first, down to
-``min_ngram``. Proposals are deterministic (a `ChildRule.DETERMINISTIC` chain). An incremental
-index makes appends and proposals independent of the context length. Choices: docs/dsia.md.
+Find an earlier occurrence of the context's last ``n`` tokens (n = ``max_ngram`` down to
+``min_ngram``) and propose the tokens that followed it: a deterministic chain. See docs/dsia.md.
 """
 
 from collections.abc import Iterable, Sequence
@@ -47,44 +45,32 @@ class PromptLookup:
         self, tokens: Iterable[int] = (), config: PromptLookupConfig | None = None
     ) -> None:
         self.config = config if config is not None else PromptLookupConfig()
-        self._tokens: list[int] = []
+        self.tokens: list[int] = []  # the indexed context; grows through `append` only
         # _index[n][gram] = start of the continuation of an occurrence of `gram` (length n).
         self._index: dict[int, dict[tuple[int, ...], int]] = {
             n: {} for n in range(self.config.min_ngram, self.config.max_ngram + 1)
         }
-        self.extend(tokens)
-
-    @property
-    def tokens(self) -> Sequence[int]:
-        """The indexed context (read-only view semantics: do not mutate)."""
-        return self._tokens
-
-    def __len__(self) -> int:
-        return len(self._tokens)
+        for token in tokens:
+            self.append(int(token) if not isinstance(token, int) else token)
 
     def append(self, token: int) -> None:
         """Add one committed token and register the n-grams that it continues."""
         check_token(token)
-        i = len(self._tokens)  # the new token's index: the continuation of grams ending at i - 1
+        i = len(self.tokens)  # the new token's index: the continuation of grams ending at i - 1
         for n, table in self._index.items():
             if i >= n:
-                gram = tuple(self._tokens[i - n : i])
+                gram = tuple(self.tokens[i - n : i])
                 if self.config.prefer == "recent":
                     table[gram] = i
                 else:
                     table.setdefault(gram, i)
-        self._tokens.append(token)
-
-    def extend(self, tokens: Iterable[int]) -> None:
-        """Add several committed tokens in order."""
-        for token in tokens:
-            self.append(int(token) if not isinstance(token, int) else token)
+        self.tokens.append(token)
 
     def match(self, max_tokens: int | None = None, extra: Sequence[int] = ()) -> PromptLookupMatch:
         """The proposal for the context followed by ``extra`` (uncommitted tokens such as a tree
         path, taken as if appended; the index does not change), longest n-gram first."""
         limit = proposal_limit(max_tokens, self.config.max_proposal)
-        committed, path = self._tokens, list(extra)
+        committed, path = self.tokens, list(extra)
         size = len(committed) + len(path)
 
         def at(i: int) -> int:

@@ -1,9 +1,7 @@
 """Recycled tokens (Token Recycling, Luo et al., 2024, arXiv 2408.08696): a near-free draft.
 
-Every verify forward computes the target's next-token law at every tree node, though only the
-accepted path is used. An adjacency table ``token -> its most likely successors`` (the latest
-observation wins) keeps them; drafting walks the table from the last token, with no forward.
-Deviations: docs/dsia.md.
+Each verify forward predicts the next token at every tree node; a table ``token -> its most likely
+successors`` keeps those predictions, and drafting walks it with no forward. See docs/dsia.md.
 """
 
 from collections.abc import Sequence

@@ -1,9 +1,7 @@
-"""Virtual draft models (docs/method.md §2, "Draft KV"): the target under a DSIA plan, run on
-scratch rows of its own KV cache.
+"""Virtual draft models (docs/method.md §2, "Draft KV"): the target run under a DSIA plan.
 
-A draft reads the target's K/V for verified tokens; what it writes for unverified tokens is
-scratch, discarded after the step. Another plan re-feeds the path from the root instead of sharing
-scratch K/V (the method's "simple fix"). Details: docs/dsia.md.
+A draft reads the target's K/V of verified tokens and writes the unverified path's K/V to scratch
+rows of the same cache, discarded after the step. See docs/dsia.md.
 """
 
 from collections.abc import Sequence
