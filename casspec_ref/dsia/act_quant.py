@@ -1,8 +1,6 @@
-"""Activation quantization (docs/method.md §2) as readable fake-quant kernels.
-
-Each token's row is rounded to ``bits`` with a symmetric absmax scale, then a float matmul runs:
-it measures alpha, at no saving (`casspec_ref.accel.int8` saves). See docs/dsia.md.
-"""
+"""Activation quantization (docs/method.md §2) as readable fake-quant kernels: each token's row is
+rounded to ``bits`` with a symmetric absmax scale, then a float matmul runs. It measures alpha at
+no saving (`casspec_ref.accel.int8` saves). See docs/dsia.md."""
 
 from dataclasses import dataclass, field
 

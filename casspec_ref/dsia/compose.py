@@ -1,7 +1,5 @@
-"""Composing DSIA strategies (docs/method.md §2): Mixing, Scaling, Replacing, hierarchies.
-
-A `Hierarchy` is an ordered tuple of plans, cheapest first, all run by the same weights.
-"""
+"""Composing DSIA strategies (docs/method.md §2): Mixing, Scaling, Replacing, and a `Hierarchy`
+(plans ordered cheapest first, all run by the same weights). See docs/dsia.md."""
 
 import dataclasses
 from collections.abc import Callable, Iterable

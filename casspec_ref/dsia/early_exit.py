@@ -1,7 +1,5 @@
-"""Early exit (docs/method.md §2): run the first ``exit_after`` blocks, then the shared head.
-
-The exit reuses the target's own final norm and LM head: no weights added. See docs/dsia.md.
-"""
+"""Early exit (docs/method.md §2): run the first ``exit_after`` blocks, then the target's own final
+norm and LM head (no weights added). See docs/dsia.md."""
 
 from casspec_ref.base.dsia_checks import check_exit_after, check_exit_fraction
 from casspec_ref.config import ModelConfig

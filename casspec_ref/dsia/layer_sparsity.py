@@ -1,8 +1,6 @@
-"""Layer sparsity (docs/method.md §2, as in SWIFT): skip attention and/or MLP sub-layers.
-
-A skipped sub-layer does not run (a skipped attention writes no K/V); "sparsity" is the fraction
-of the ``2 * n_layers`` sub-layers that do not run. See docs/dsia.md.
-"""
+"""Layer sparsity (docs/method.md §2, as in SWIFT): skip attention and/or MLP sub-layers. A skipped
+sub-layer does not run (a skipped attention writes no K/V); "sparsity" is the fraction of the
+``2 * n_layers`` sub-layers that do not run. See docs/dsia.md."""
 
 import math
 from collections.abc import Iterable, Sequence

@@ -1,7 +1,5 @@
-"""Precision switching: run the draft forward in a lower floating-point dtype.
-
-Ours (docs/method.md §2, "worth measuring"), not the paper's; the model keeps one cast weight copy.
-"""
+"""Precision switching: run the draft forward in a lower floating-point dtype. Ours (docs/method.md
+§2, "worth measuring"), not the paper's; the model keeps one cast weight copy. See docs/dsia.md."""
 
 import torch
 

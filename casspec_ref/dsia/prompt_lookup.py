@@ -1,8 +1,6 @@
-"""Prompt lookup decoding (PLD, docs/method.md §2): the near-free bottom draft of the cascade.
-
-Find an earlier occurrence of the context's last ``n`` tokens (n = ``max_ngram`` down to
-``min_ngram``) and propose the tokens that followed it: a deterministic chain. See docs/dsia.md.
-"""
+"""Prompt lookup decoding (PLD, docs/method.md §2), the near-free bottom draft: find an earlier
+occurrence of the context's last ``n`` tokens (n = ``max_ngram`` down to ``min_ngram``) and
+propose the tokens that followed it, a deterministic chain. See docs/dsia.md."""
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass

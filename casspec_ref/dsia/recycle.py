@@ -1,8 +1,6 @@
-"""Recycled tokens (Token Recycling, Luo et al., 2024, arXiv 2408.08696): a near-free draft.
-
-Each verify forward predicts the next token at every tree node; a table ``token -> its most likely
-successors`` keeps those predictions, and drafting walks it with no forward. See docs/dsia.md.
-"""
+"""Recycled tokens (Token Recycling, Luo et al., 2024, arXiv 2408.08696), a near-free draft: a table
+``token -> its most likely successors`` keeps what each verify forward predicted at every tree
+node, and drafting walks it with no forward. See docs/dsia.md."""
 
 from collections.abc import Sequence
 

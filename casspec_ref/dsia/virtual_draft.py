@@ -1,8 +1,6 @@
-"""Virtual draft models (docs/method.md §2, "Draft KV"): the target run under a DSIA plan.
-
-A draft reads the target's K/V of verified tokens and writes the unverified path's K/V to scratch
-rows of the same cache, discarded after the step. See docs/dsia.md.
-"""
+"""Virtual draft models (docs/method.md §2, "Draft KV"): the target run under a DSIA plan reads
+the target's K/V of verified tokens and writes the unverified path's K/V to scratch rows of the
+same cache, discarded after the step. See docs/dsia.md."""
 
 from collections.abc import Sequence
 
@@ -15,8 +13,7 @@ from casspec_ref.plan import ExecutionPlan
 
 
 class DraftRunner:
-    """Runs draft plans over one step's unverified paths, on scratch rows ``[base, ..)`` of the
-    target cache; the same plan along a path it has fed only runs the new suffix."""
+    """One step's draft forwards on scratch rows ``[base, ..)``, re-feeding only new suffixes."""
 
     def __init__(self, model: Transformer, cache: KVCache) -> None:
         self.model = model
