@@ -1,6 +1,6 @@
 """Activation quantization (docs/method.md §2) as readable fake-quant kernels: each token's row is
-rounded to ``bits`` with a symmetric absmax scale, then a float matmul runs. It measures alpha at
-no saving (`casspec_ref.accel.int8` saves). See docs/dsia.md."""
+rounded to ``bits`` with a symmetric absmax scale, then a float matmul runs. A simulation, to
+measure alpha; the int8 kernels that save time are `casspec_ref.accel.int8`. See docs/dsia.md."""
 
 from dataclasses import dataclass, field
 
@@ -99,10 +99,8 @@ def quant_plan(
     group_size: int | None = None,
     name: str | None = None,
 ) -> ExecutionPlan:
-    """A plan whose linears (all but ``exclude``) quantize their input activations.
-
-    ``quant_plan(8, 8, exclude={"mlp_down"})`` is W8A8 on every linear but the MLP down projection.
-    """
+    """A plan whose linears (all but ``exclude``) quantize their input activations, e.g.
+    ``quant_plan(8, 8, exclude={"mlp_down"})``: W8A8 on every linear but the MLP down projection."""
     names = frozenset(LINEAR_NAMES) - frozenset(exclude)
     kernel = QuantKernel(bits=bits, group_size=group_size, weight_bits=weight_bits, names=names)
     if name is None:

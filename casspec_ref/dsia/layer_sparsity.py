@@ -60,7 +60,7 @@ def ranked_skip_plan(
     config: ModelConfig, ranking: Sequence[SubLayer], ratio: float, name: str | None = None
 ) -> ExecutionPlan:
     """Skip the first ``round(ratio * 2 * n_layers)`` sub-layers of ``ranking`` (cheapest first):
-    one ranking at several ratios gives nested sets, so a stronger level skips more."""
+    one ranking at several ratios gives nested sets (a stronger level skips a superset)."""
     k = _count(config, ratio, len(ranking))
     return sublayer_plan(config, ranking[:k], name if name is not None else f"ranked{ratio:.2f}")
 

@@ -1,6 +1,6 @@
-"""Virtual draft models (docs/method.md §2, "Draft KV"): the target run under a DSIA plan reads
-the target's K/V of verified tokens and writes the unverified path's K/V to scratch rows of the
-same cache, discarded after the step. See docs/dsia.md."""
+"""Virtual draft models (docs/method.md §2, "Draft KV"): a draft, the target under a DSIA plan,
+reads the target's K/V of the verified tokens and writes its own for the unverified path to
+scratch rows of the same cache, discarded after the step. See docs/dsia.md."""
 
 from collections.abc import Sequence
 
@@ -27,7 +27,8 @@ class DraftRunner:
         self.reused = 0  # path tokens answered from stored logits, without a forward
 
     def logits(self, plan: ExecutionPlan, path_tokens: Sequence[int]) -> torch.Tensor:
-        """Logits ``(len(path_tokens), V)`` of ``plan`` along ``path_tokens`` after the prefix."""
+        """Logits ``(len(path_tokens), V)`` of ``plan`` along ``path_tokens`` (the root, i.e. the
+        last committed token, then drafted tokens), fed at positions ``base ..``."""
         path = [int(t) for t in path_tokens]
         check_draft_call(path, self.cache.length, self.base)
         plan.validate(self.model.config)
