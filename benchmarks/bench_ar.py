@@ -7,7 +7,7 @@ SmolLM2-135M-Instruct GGUF (prefill included in the timed region, after a warm-u
 state dict), then prints tokens/s for both, their ratio, and whether the tokens agree.
 ``--random-weights`` times a random model of the SmolLM2 shape instead (no GGUF needed).
 ``--linear-forms`` first prints a micro-benchmark of the two matmul formulations that
-`casspec_ref.model.exact_linear` chooses between, on the SmolLM2 shapes.
+`casspec_ref.base.kernels.exact_linear` chooses between, on the SmolLM2 shapes.
 
 Run: ``OMP_NUM_THREADS=2 python benchmarks/bench_ar.py --max-new-tokens 128
 --dtype float32,bfloat16``.

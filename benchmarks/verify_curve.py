@@ -28,8 +28,8 @@ import time
 
 import torch
 
-from casspec_ref import kernels
 from casspec_ref.accel import kernel_table
+from casspec_ref.base import kernels
 from casspec_ref.config import smollm2_135m
 from casspec_ref.generate import generate_ar
 from casspec_ref.kv_cache import KVCache

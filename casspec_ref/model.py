@@ -18,7 +18,7 @@ Notable choices:
   match the loaders (``(out, in)``); the forward never calls those modules. Every linear goes
   through the module-level `linear`, so the naive loop and every speculative path use the same
   kernels, and a plan can swap the kernel in one place.
-- `exact_linear` (in `casspec_ref.kernels`) computes each product in the formulation a
+- `exact_linear` (in `casspec_ref.base.kernels`) computes each product in the formulation a
   per-machine table chose for its weight shape, dtype and row count; every forward (naive loop,
   drafts, verification) reads the same table.
 - Grouped-query attention without copying K/V: the G query heads that share one KV head are
@@ -42,8 +42,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from casspec_ref.base.kernels import exact_linear
 from casspec_ref.config import ModelConfig
-from casspec_ref.kernels import exact_linear
 from casspec_ref.kv_cache import KVCache
 from casspec_ref.plan import ExecutionPlan
 
