@@ -22,13 +22,9 @@ class KVCache:
     """Preallocated K/V buffers for every layer, with an explicit verified ``length``."""
 
     def __init__(
-        self,
-        config: ModelConfig,
-        max_len: int,
-        dtype: torch.dtype = torch.float32,
-        device: torch.device | str = "cpu",
-        batch: int = 1,
-    ) -> None:
+        self, config: ModelConfig, max_len: int, dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu", batch: int = 1,
+    ) -> None:  # fmt: skip
         check_kv_cache(config, max_len, dtype, batch)
         self.config = config
         self.max_len = max_len
@@ -44,10 +40,6 @@ class KVCache:
     @property
     def batch(self) -> int:
         return self.k.shape[1]
-
-    def free(self) -> int:
-        """Rows still available after ``length``."""
-        return self.max_len - self.length
 
     def write(
         self, layer: int, k_new: torch.Tensor, v_new: torch.Tensor

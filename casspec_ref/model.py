@@ -23,13 +23,9 @@ from casspec_ref.plan import ExecutionPlan
 
 
 def linear(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    layer: int,
-    name: str,
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, layer: int, name: str,
     plan: ExecutionPlan | None,
-) -> torch.Tensor:
+) -> torch.Tensor:  # fmt: skip
     """Every linear layer of the model: the plan's kernel when it has one, else `exact_linear`
     (``layer`` is the block index, -1 for the LM head; ``name`` one of `plan.LINEAR_NAMES`)."""
     if plan is not None and plan.linear is not None:
@@ -62,32 +58,23 @@ class Transformer(nn.Module):
         super().__init__()
         self.config = config
         c = config
-        d, kv_width, bias = c.d_model, c.n_kv_heads * c.head_dim, c.attention_bias
+        d, kv, ff = c.d_model, c.n_kv_heads * c.head_dim, c.d_ff
         llama = c.family == "llama"
-        norm = _RMSNormParams if llama else nn.LayerNorm
+        norm = nn.RMSNorm if llama else nn.LayerNorm  # parameters only: see `rms_norm`, `_norm`
         self.tok_emb = nn.Embedding(c.vocab_size, d)
         if not llama:
             self.pos_emb = nn.Embedding(c.max_seq_len, d)
         self.layers = nn.ModuleList()
         for _ in range(c.n_layers):
-            attn = nn.ModuleDict(
-                {
-                    "q": nn.Linear(d, d, bias=bias),
-                    "k": nn.Linear(d, kv_width, bias=bias),
-                    "v": nn.Linear(d, kv_width, bias=bias),
-                    "o": nn.Linear(d, d, bias=bias),
-                }
-            )
+            block = nn.Module()
+            block.attn_norm = norm(d)
+            block.attn = _linears(c.attention_bias, q=(d, d), k=(d, kv), v=(d, kv), o=(d, d))
+            block.mlp_norm = norm(d)
             if llama:
-                mlp = {
-                    "gate": nn.Linear(d, c.d_ff, bias=False),
-                    "up": nn.Linear(d, c.d_ff, bias=False),
-                    "down": nn.Linear(c.d_ff, d, bias=False),
-                }
+                block.mlp = _linears(False, gate=(d, ff), up=(d, ff), down=(ff, d))
             else:
-                mlp = {"fc": nn.Linear(d, c.d_ff), "proj": nn.Linear(c.d_ff, d)}
-            block = {"attn_norm": norm(d), "attn": attn, "mlp_norm": norm(d)}
-            self.layers.append(nn.ModuleDict({**block, "mlp": nn.ModuleDict(mlp)}))
+                block.mlp = _linears(True, fc=(d, ff), proj=(ff, d))
+            self.layers.append(block)
         self.norm = norm(d)
         if not c.tie_embeddings:
             self.head = nn.Linear(d, c.vocab_size, bias=False)
@@ -280,15 +267,12 @@ class Transformer(nn.Module):
         out = out.transpose(1, 2).reshape(n_batch, n_new, c.d_model)  # (B, T, D)
         return linear(out, w[p + "attn.o.weight"], w.get(p + "attn.o.bias"), layer, "attn_o", plan)
 
-    # ----------------------------------------------------------------------------- masks
+    # ----------------------------------------------------------------------------- checks, masks
     def validate_inputs(
-        self,
-        tokens: torch.Tensor,
-        positions: torch.Tensor | None = None,
-        cache: KVCache | None = None,
-        attn_mask: torch.Tensor | None = None,
+        self, tokens: torch.Tensor, positions: torch.Tensor | None = None,
+        cache: KVCache | None = None, attn_mask: torch.Tensor | None = None,
         plan: ExecutionPlan | None = None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         """Check a forward's arguments completely, values included (token and position ranges,
         mask rows, the plan). It reads tensors back to the host: call it once where inputs enter
         (the generation loops do), not per forward."""
@@ -323,12 +307,9 @@ def _fingerprint(params: list[torch.Tensor]) -> tuple[tuple[int, int], ...]:
     return tuple((p._version, p.data_ptr()) for p in params)
 
 
-class _RMSNormParams(nn.Module):
-    """Holds an RMSNorm weight under the name ``weight`` (computed by `rms_norm`)."""
-
-    def __init__(self, dim: int) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
+def _linears(bias: bool, **shapes: tuple[int, int]) -> nn.ModuleDict:
+    """`nn.Linear` layers by name, ``name=(in_features, out_features)``."""
+    return nn.ModuleDict({n: nn.Linear(i, o, bias=bias) for n, (i, o) in shapes.items()})
 
 
 def count_parameters(model: Transformer) -> int:
