@@ -24,10 +24,11 @@ from typing import Any
 
 import torch
 
+from casspec_ref.base.random_weights import random_init_
 from casspec_ref.config import smollm2_135m
 from casspec_ref.generate import generate_ar
 from casspec_ref.io.weights import to_hf_llama_state_dict
-from casspec_ref.model import Transformer, random_init_
+from casspec_ref.model import Transformer
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 PROMPT = "Explain in a few sentences why the sky is blue."

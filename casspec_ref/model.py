@@ -9,8 +9,6 @@ this one object with one set of weights. Families and choices: docs/design.md, `
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -315,24 +313,3 @@ def _linears(bias: bool, **shapes: tuple[int, int]) -> nn.ModuleDict:
 def count_parameters(model: Transformer) -> int:
     """Number of distinct parameters (a tied head is counted once)."""
     return sum(p.numel() for p in model.parameters())
-
-
-def random_init_(
-    model: Transformer, seed: int, std: float = 1.5, emb_std: float = 0.1
-) -> Transformer:
-    """Fill every parameter with seeded Gaussian noise, for tests: scales that keep tiny models'
-    next-token laws neither one-hot nor uniform (docs/design.md, `model.py`)."""
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            noise = torch.randn(p.shape, generator=gen, dtype=torch.float64)
-            if name.endswith("norm.weight"):
-                value = 1.0 + 0.1 * noise
-            elif "emb" in name:
-                value = emb_std * noise
-            elif p.dim() == 2:
-                value = std / math.sqrt(p.shape[-1]) * noise
-            else:
-                value = 0.5 * noise
-            p.copy_(value.to(p.dtype))
-    return model

@@ -70,12 +70,6 @@ class ExecutionPlan:
         """Raise `ValueError` naming the bad field and the allowed range."""
         check_plan(self, config.n_layers)
 
-    def runs_attention(self, layer: int) -> bool:
-        """Whether block `layer` runs its attention sub-layer under this plan."""
-        return layer not in self.skip_attention and (
-            self.exit_after is None or layer < self.exit_after
-        )
-
 
 #: The target itself.
 IDENTITY = ExecutionPlan()

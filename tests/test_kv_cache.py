@@ -9,9 +9,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from casspec_ref.base.random_weights import random_init_
 from casspec_ref.config import tiny_gpt2, tiny_llama
 from casspec_ref.kv_cache import KVCache
-from casspec_ref.model import Transformer, random_init_
+from casspec_ref.model import Transformer
 
 FAMILIES = {"llama": tiny_llama, "gpt2": tiny_gpt2}
 
