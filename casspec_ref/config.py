@@ -16,8 +16,7 @@ from casspec_ref.base.model_checks import check_model_config
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """The shape of a decoder-only Transformer; invalid fields raise `ValueError` at
-    construction."""
+    """The shape of a decoder-only Transformer (a bad field raises `ValueError` at once)."""
 
     family: Literal["llama", "gpt2"]
     vocab_size: int  # V, the number of token ids
@@ -50,8 +49,7 @@ def tiny_llama(**overrides: Any) -> ModelConfig:
     """A tiny Llama-family config for tests (GQA with 2 query heads per KV head, untied head)."""
     base = ModelConfig(
         family="llama", vocab_size=61, n_layers=3, d_model=32, n_heads=4, n_kv_heads=2, d_ff=48,
-        max_seq_len=64, norm_eps=1e-5, rope_theta=10000.0, tie_embeddings=False,
-        attention_bias=False, bos_id=1, eos_ids=(2,),
+        max_seq_len=64, tie_embeddings=False, bos_id=1, eos_ids=(2,),
     )  # fmt: skip
     return replace(base, **overrides)
 
@@ -60,8 +58,7 @@ def tiny_gpt2(**overrides: Any) -> ModelConfig:
     """A tiny GPT-2-family config for tests (tied head, biases everywhere)."""
     base = ModelConfig(
         family="gpt2", vocab_size=53, n_layers=3, d_model=32, n_heads=4, n_kv_heads=4, d_ff=64,
-        max_seq_len=64, norm_eps=1e-5, tie_embeddings=True, attention_bias=True, bos_id=None,
-        eos_ids=(0,),
+        max_seq_len=64, tie_embeddings=True, attention_bias=True, bos_id=None, eos_ids=(0,),
     )  # fmt: skip
     return replace(base, **overrides)
 

@@ -33,14 +33,6 @@ class KVCache:
         self.v = torch.zeros(shape, dtype=dtype, device=device)  # (L, B, H_kv, max_len, D_head)
         self.length = 0
 
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.k.dtype
-
-    @property
-    def batch(self) -> int:
-        return self.k.shape[1]
-
     def write(
         self, layer: int, k_new: torch.Tensor, v_new: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -102,6 +94,6 @@ class KVCache:
 
     def __repr__(self) -> str:
         return (
-            f"KVCache(length={self.length}, max_len={self.max_len}, dtype={self.dtype}, "
+            f"KVCache(length={self.length}, max_len={self.max_len}, dtype={self.k.dtype}, "
             f"shape={tuple(self.k.shape)})"
         )

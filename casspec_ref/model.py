@@ -1,10 +1,9 @@
 """The from-scratch decoder-only Transformer (Llama and GPT-2 families) that reads an ExecutionPlan.
 
-`Transformer.forward` runs new tokens against a `KVCache` with any boolean attention mask, so a
-whole token tree is verified in one forward (CAS-Spec §4: each node sees the verified prefix and
-its ancestors, at position prefix length + depth), and under an `ExecutionPlan` (§2: layer
-sparsity, early exit, a `LinearKernel`, precision). The target and all its virtual drafts are
-this one object with one set of weights. Families and choices: docs/design.md, `model.py`.
+`forward` runs new tokens against a `KVCache` under any boolean attention mask, so a whole token
+tree is verified in one forward (CAS-Spec §4), and under an `ExecutionPlan` (§2), so the target
+and all its virtual drafts are this one object with one set of weights. Families and choices:
+docs/design.md, `model.py`.
 """
 
 from __future__ import annotations
@@ -33,8 +32,7 @@ def linear(
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """RMSNorm, statistics in at least float32 as Hugging Face's LlamaRMSNorm does."""
-    stat_dtype = torch.promote_types(x.dtype, torch.float32)
-    xs = x.to(stat_dtype)
+    xs = x.to(torch.promote_types(x.dtype, torch.float32))
     xs = xs * torch.rsqrt((xs * xs).mean(-1, keepdim=True) + eps)
     return weight * xs.to(x.dtype)
 
@@ -46,11 +44,8 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 class Transformer(nn.Module):
-    """A decoder-only Transformer of the Llama or GPT-2 family.
-
-    The modules only hold the parameters, under the loaders' names and ``(out, in)`` layouts;
-    `forward` reads them through `weights_in` and sends every linear through `linear`.
-    """
+    """A decoder-only Transformer of the Llama or GPT-2 family. Its modules only hold the
+    parameters (the loaders' names and layouts); `forward` reads them through `weights_in`."""
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
@@ -83,11 +78,9 @@ class Transformer(nn.Module):
         ] = {}
         self._rope_cache: dict[tuple[torch.dtype, torch.device], tuple[torch.Tensor, ...]] = {}
         self._index_cache: dict[torch.device, torch.Tensor] = {}
-        #: The draft hierarchy the loader chose for this checkpoint (cheapest level first), or
-        #: None for the generic default (`casspec_ref.speculative.default_drafts`).
+        #: The loader's draft hierarchy for this checkpoint; None = `speculative.default_drafts`.
         self.preset_drafts: tuple[ExecutionPlan, ...] | None = None
 
-    # ----------------------------------------------------------------------------- weights
     def weights_in(self, dtype: torch.dtype) -> dict[str, torch.Tensor]:
         """All parameters by state-dict name, in ``dtype``: the parameters themselves in their
         own dtype, else copies cast once and kept until a parameter changes."""
@@ -127,25 +120,16 @@ class Transformer(nn.Module):
             inv_freq = c.rope_theta ** (-torch.arange(half, dtype=torch.float64) * 2 / c.head_dim)
             angles = torch.outer(torch.arange(c.max_seq_len, dtype=torch.float64), inv_freq)
             angles = torch.cat((angles, angles), dim=-1)  # (max_seq_len, D_head)
-            self._rope_cache[key] = (
-                angles.cos().to(dtype=dtype, device=device),
-                angles.sin().to(dtype=dtype, device=device),
-            )
+            self._rope_cache[key] = (angles.cos().to(device, dtype), angles.sin().to(device, dtype))
         return self._rope_cache[key]
 
-    # ----------------------------------------------------------------------------- forward
     @torch.no_grad()
     def forward(
-        self,
-        tokens: torch.Tensor,
-        positions: torch.Tensor | None = None,
-        cache: KVCache | None = None,
-        attn_mask: torch.Tensor | None = None,
-        plan: ExecutionPlan | None = None,
-        *,
-        last_only: bool = False,
-    ) -> torch.Tensor:
-        """Run ``T`` new tokens; return their logits.
+        self, tokens: torch.Tensor, positions: torch.Tensor | None = None,
+        cache: KVCache | None = None, attn_mask: torch.Tensor | None = None,
+        plan: ExecutionPlan | None = None, *, last_only: bool = False,
+    ) -> torch.Tensor:  # fmt: skip
+        """Run ``T`` new tokens; return their logits. Values are trusted (see `validate_inputs`).
 
         Args:
             tokens: ``(B, T)`` integer token ids.
@@ -159,9 +143,6 @@ class Transformer(nn.Module):
             last_only: compute logits for the last position only (returns ``(B, 1, V)``).
         Returns:
             logits ``(B, T, V)`` (or ``(B, 1, V)``), in the compute dtype.
-
-        Shapes are checked; values (token ids, positions, mask rows, the plan) are trusted, as
-        the hot loops call this for every draft and verify step: see `validate_inputs`.
         """
         c = self.config
         past = check_forward_shapes(c, tokens, positions, cache, attn_mask)
@@ -189,8 +170,7 @@ class Transformer(nn.Module):
             p = f"layers.{i}."
             if i not in skip_attention:
                 h = self._norm(x, w, p + "attn_norm")
-                h = self._attention(h, w, p, i, plan, cache, bias, cos, sin)
-                x = x + h
+                x = x + self._attention(h, w, p, i, plan, cache, bias, cos, sin)
             if i not in skip_mlp:
                 h = self._norm(x, w, p + "mlp_norm")
                 x = x + self._mlp(h, w, p, i, plan)
@@ -229,9 +209,8 @@ class Transformer(nn.Module):
         if self.config.family == "llama":
             gate = linear(h, w[p + "mlp.gate.weight"], None, layer, "mlp_gate", plan)
             up = linear(h, w[p + "mlp.up.weight"], None, layer, "mlp_up", plan)
-            return linear(
-                F.silu(gate) * up, w[p + "mlp.down.weight"], None, layer, "mlp_down", plan
-            )
+            h = F.silu(gate) * up
+            return linear(h, w[p + "mlp.down.weight"], None, layer, "mlp_down", plan)
         h = linear(h, w[p + "mlp.fc.weight"], w[p + "mlp.fc.bias"], layer, "mlp_fc", plan)
         h = F.gelu(h, approximate="tanh")
         return linear(h, w[p + "mlp.proj.weight"], w[p + "mlp.proj.bias"], layer, "mlp_proj", plan)
@@ -265,15 +244,13 @@ class Transformer(nn.Module):
         out = out.transpose(1, 2).reshape(n_batch, n_new, c.d_model)  # (B, T, D)
         return linear(out, w[p + "attn.o.weight"], w.get(p + "attn.o.bias"), layer, "attn_o", plan)
 
-    # ----------------------------------------------------------------------------- checks, masks
     def validate_inputs(
         self, tokens: torch.Tensor, positions: torch.Tensor | None = None,
         cache: KVCache | None = None, attn_mask: torch.Tensor | None = None,
         plan: ExecutionPlan | None = None,
     ) -> None:  # fmt: skip
-        """Check a forward's arguments completely, values included (token and position ranges,
-        mask rows, the plan). It reads tensors back to the host: call it once where inputs enter
-        (the generation loops do), not per forward."""
+        """Check a forward's arguments completely, values and plan included (reads tensors back
+        to the host): call it once where inputs enter, as the generation loops do."""
         check_forward_inputs(self.config, tokens, positions, cache, attn_mask, plan)
 
     def _arange(self, n: int, device: torch.device) -> torch.Tensor:

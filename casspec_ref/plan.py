@@ -28,9 +28,8 @@ LINEAR_NAMES = (
 
 
 class LinearKernel(Protocol):
-    """How a linear layer computes ``x @ weight.T + bias`` under a plan; ``layer`` is the block
-    index (-1 for the LM head) and ``name`` one of `LINEAR_NAMES`, so a strategy can treat,
-    say, every linear but ``mlp_down``."""
+    """How a linear layer computes ``x @ weight.T + bias`` under a plan; ``layer`` (-1 = LM head)
+    and ``name`` (one of `LINEAR_NAMES`) let a strategy treat, say, all linears but ``mlp_down``."""
 
     def __call__(
         self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, layer: int,
@@ -52,8 +51,7 @@ class ExecutionPlan:
     linear: LinearKernel | None = None
     # Run in this dtype on weight copies the model casts once (None = the model's own dtype).
     compute_dtype: torch.dtype | None = None
-    # A label for statistics and plots.
-    name: str = "target"
+    name: str = "target"  # a label for statistics and plots
 
     @property
     def is_identity(self) -> bool:

@@ -148,8 +148,8 @@ def check_forward_shapes(
         fits = (c.n_kv_heads, cache.max_len, c.head_dim)
         if cache.config.n_layers != c.n_layers or cache.k.shape[2:] != fits:
             raise ValueError(f"the KV cache {cache!r} does not fit this model's config")
-        if cache.batch != n_batch:
-            raise ValueError(f"tokens batch {n_batch} != KV cache batch {cache.batch}")
+        if cache.k.shape[1] != n_batch:
+            raise ValueError(f"tokens batch {n_batch} != KV cache batch {cache.k.shape[1]}")
         past = cache.length
         if past + n_new > cache.max_len:
             raise ValueError(
