@@ -39,12 +39,11 @@ class KVCache:
         """Write one layer's new rows ``(B, H_kv, T, D_head)`` at ``[length, length + T)`` and
         return views of its rows ``[0, length + T)`` (no copy of the history). ``length`` does
         not move: the model calls `advance` once per forward."""
-        k = self.k
         if (
-            not 0 <= layer < k.shape[0]
+            not 0 <= layer < self.k.shape[0]
             or k_new.dim() != 4
-            or k_new.shape[:2] != k.shape[1:3]
-            or k_new.shape[3] != k.shape[4]
+            or k_new.shape[:2] != self.k.shape[1:3]
+            or k_new.shape[3] != self.k.shape[4]
             or v_new.shape != k_new.shape
             or self.length + k_new.shape[2] > self.max_len
         ):

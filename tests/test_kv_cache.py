@@ -91,6 +91,8 @@ def test_bad_indices_raise_clear_errors() -> None:
         cache.write(0, torch.zeros(1, 3, 1, 8), torch.zeros(1, 3, 1, 8))
     with pytest.raises(ValueError, match="layer"):
         cache.write(5, k_new[:, :, :1], k_new[:, :, :1])
+    with pytest.raises(ValueError, match="v_new shape"):
+        cache.write(0, k_new[:, :, :1], k_new[:, :, :2])
     with pytest.raises(ValueError, match="max_seq_len"):
         KVCache(tiny_llama(), 10_000)
     with pytest.raises(ValueError, match="max_len"):
