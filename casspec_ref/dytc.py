@@ -81,8 +81,7 @@ class DyTCConfig:
 
 # ------------------------------------------------------------------ 1. acceptance estimates
 class AcceptanceEstimator:
-    """Online acceptance estimate of one draft: a running mean during warm-up, then an EMA of
-    the mean of the last `window` outcomes."""
+    """Online acceptance estimate of one draft: a running mean during warm-up, then an EMA."""
 
     def __init__(self, prior: float, *, weight: float, window: int, warmup: int) -> None:
         if not 0.0 <= prior <= 1.0:
@@ -306,8 +305,7 @@ class TreeEstimate:
     accept: list[float] = field(default_factory=lambda: [1.0])
 
     def add(self, node: int, parent: int, accept: float) -> None:
-        """Record drafted node `node` (an expansion may report a node before lower-numbered
-        siblings of the same expansion)."""
+        """Record node `node` (an expansion may report it before lower-numbered siblings)."""
         while len(self.parents) <= node:
             self.parents.append(-1)
             self.accept.append(0.0)
@@ -330,6 +328,7 @@ class DyTCPolicy:
 
     def __post_init__(self) -> None:
         cfg = self.config
+        names = [*self.drafts, *FREE_DRAFTS]
         priors = {PLD: cfg.prior_pld_alpha, RECYCLE: cfg.prior_recycle_alpha}
         self.alpha: dict[str, AcceptanceEstimator] = {
             name: AcceptanceEstimator(
@@ -338,13 +337,10 @@ class DyTCPolicy:
                 window=cfg.window,
                 warmup=cfg.warmup,
             )
-            for name in [*self.drafts, *FREE_DRAFTS]
+            for name in names
         }
         self.verify_cost = CostCurve(cfg.cost_weight, cfg.explore_horizon)
-        self.draft_cost = {
-            name: CostCurve(cfg.cost_weight, cfg.explore_horizon)
-            for name in [*self.drafts, *FREE_DRAFTS]
-        }
+        self.draft_cost = {name: CostCurve(cfg.cost_weight, cfg.explore_horizon) for name in names}
         self._seen: set[str] = set()
         self.explore_budget = 0.0  # seconds DyTC may still spend exploring sizes
         self._exploring = 0.0  # what this step's tree costs the budget if verified (`grow`)
