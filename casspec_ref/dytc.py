@@ -203,10 +203,7 @@ def best_k(
     cost (in plain steps) of the tree grown by k tokens (ties to the shorter draft)."""
     if not c_verify:
         raise ValueError("best_k needs the verify cost of at least one k")
-    scores = [
-        t_score(alpha_s, k, c_s, alpha_pld, c_pld, c_verify[k - 1])
-        for k in range(1, len(c_verify) + 1)
-    ]
+    scores = [t_score(alpha_s, k, c_s, alpha_pld, c_pld, c) for k, c in enumerate(c_verify, 1)]
     return 1 + scores.index(max(scores))
 
 
