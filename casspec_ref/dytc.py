@@ -40,16 +40,16 @@ class DyTCConfig:
     max_tree_size: int = 32  # nodes, root included
     max_depth: int = 16  # root = depth 0
     siblings: int = 3  # the most children one expansion gives its leaf (1 = chains only)
-    confidence_weight: float = 0.5  # a model node's estimate: w confidence + (1 - w) alpha
+    confidence_weight: float = 0.5  # w: a model-drafted node's estimate is w conf + (1 - w) alpha
     min_gain: float = 1.0  # grow only while the predicted EWIF improves by this factor
     cascade_depth_rule: bool = False  # K = min(3, log2(n_layers / 12)) model levels (seed article)
     long_context_drop: bool = False  # one model level fewer above `long_context` tokens
-    long_context: int = 512
+    long_context: int = 512  # the context length that triggers `long_context_drop`
     cost_weight: float = 0.3  # the weight of a new timing in its size's running estimate
     reexplore: float = 0.02  # per step untested, an estimate moves this far back to its prior
-    explore_fraction: float = 0.05  # the most of the time spent exploring tree sizes
+    explore_fraction: float = 0.05  # the most of the time spent exploring sizes (0 = never)
     explore_horizon: int = 128  # steps after which a size's timing is stale
-    calibration_sizes: tuple[int, ...] = (2, 4, 8, 16)  # timed by scratch forwards at the start
+    calibration_sizes: tuple[int, ...] = (2, 4, 8, 16)  # timed by scratch forwards first (or none)
 
     def __post_init__(self) -> None:
         checks = [
