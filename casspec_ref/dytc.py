@@ -410,9 +410,9 @@ class DyTCPolicy:
         size = drafter.size()
         if size >= cfg.max_tree_size:
             return None
-        tokens = tree.expected_tokens()
-        base = (tokens, drafter.seconds(), size)
-        current = tree_ewif(tokens, base[1], self.verify_seconds(size), self.step_seconds())
+        tokens, spent = tree.expected_tokens(), drafter.seconds()
+        base = (tokens, spent, size)
+        current = tree_ewif(tokens, spent, self.verify_seconds(size), self.step_seconds())
         options = []
         for leaf, cum in tree.reach().items():
             room = min(cfg.max_k, drafter.room(leaf), cfg.max_tree_size - size)
