@@ -7,7 +7,7 @@ SmolLM2-135M-Instruct GGUF (prefill included in the timed region, after a warm-u
 state dict), then prints tokens/s for both, their ratio, and whether the tokens agree.
 ``--random-weights`` times a random model of the SmolLM2 shape instead (no GGUF needed).
 ``--linear-forms`` first prints a micro-benchmark of the two matmul formulations that
-`casspec_ref.model.exact_linear` chooses between, on the SmolLM2 shapes.
+`casspec_ref.base.kernels.exact_linear` chooses between, on the SmolLM2 shapes.
 
 Run: ``OMP_NUM_THREADS=2 python benchmarks/bench_ar.py --max-new-tokens 128
 --dtype float32,bfloat16``.
@@ -24,10 +24,11 @@ from typing import Any
 
 import torch
 
+from casspec_ref.base.random_weights import random_init_
 from casspec_ref.config import smollm2_135m
 from casspec_ref.generate import generate_ar
 from casspec_ref.io.weights import to_hf_llama_state_dict
-from casspec_ref.model import Transformer, random_init_
+from casspec_ref.model import Transformer
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 PROMPT = "Explain in a few sentences why the sky is blue."

@@ -28,12 +28,13 @@ import time
 
 import torch
 
-from casspec_ref import kernels
 from casspec_ref.accel import kernel_table
+from casspec_ref.base import kernels
+from casspec_ref.base.random_weights import random_init_
 from casspec_ref.config import smollm2_135m
 from casspec_ref.generate import generate_ar
 from casspec_ref.kv_cache import KVCache
-from casspec_ref.model import Transformer, random_init_
+from casspec_ref.model import Transformer
 
 SIZES = (1, 2, 3, 4, 6, 8, 12, 16)
 CONTEXT = 256

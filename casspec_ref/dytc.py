@@ -1,116 +1,55 @@
-"""DyTC, the dynamic tree cascade: every decision about what to draft, in reading order.
+"""DyTC, the dynamic tree cascade: every decision about what to draft (docs/method.md §4).
 
-Scope: CAS-Spec's dynamic tree cascade (docs/method.md §4; paper arXiv 2510.26843, the DyTC
-section). Read top to bottom, this module is the algorithm:
-
-1. `AcceptanceEstimator`: an online acceptance estimate alpha per draft. After a warm-up (a running
-   mean started from a prior) it moves as ``a <- (1 - w) a + w mean(last `window` outcomes)``.
-   Public notes on the paper give ``w = 0.3, window = 20, warm-up = 20``; the seed article's
-   ``a <- 0.2 current + 0.8 a`` is ``w = 0.2, window = 1``.
-2. `CostCurve`: the measured seconds of a forward *by the number of tokens it processes*, one
-   entry per size, updated online. Deviation from the paper's linear latency model (and from the
-   seed article's ``b0 + b1 seq_len + b2 depth``): on a CPU the cost of a forward over T tokens is
-   not a line in T (the fastest matmul form changes with the number of rows), so a straight line
-   fitted on two sizes can conclude that nothing ever pays. A table learns the curve it lives on,
-   non-monotone included. Context length is left to the online updates (the weights, not the
-   cache, dominate a small model's forward).
-3. `t_score`, `best_k`: the paper's choice of draft S and length k at a leaf,
-   ``T(S,k) = [a_S (1 - a_S^k) / (1 - a_S) + a_S^k a_PLD] / (c_S k + c_PLD)``, to which we add
-   the measured verify cost of the grown tree in the denominator (without it T always prefers
-   k = 1, and a free draft divides by zero).
-4. `expected_tree_tokens`, `tree_ewif`, `ewif_chain`: the expected walltime improvement factor of a
-   chain (docs/method.md §1) and of a tree (tokens per second against a plain step), where the
-   tree's cost is its drafting time plus the *measured* verify cost of its size.
-5. `DyTCPolicy.grow`: best-first growth of a `TreeEstimate` (each node's parent and acceptance,
-   scored by the formulas of 4). Every expandable leaf and every draft available there is
-   scored (k from T(S,k), shortened to the k that maximizes the tree's EWIF); the best expansion
-   is applied; its width (how many of the draft's top alternatives become siblings) is chosen by
-   the same EWIF; growth stops when no expansion anywhere improves the EWIF. A tree of the root
-   alone is a plain decoding step (the fall-back).
-6. Exploration, so that one bad early estimate cannot switch drafting off for good: an untested
-   draft's acceptance relaxes towards its prior (`reexplore`), and a tree size not measured
-   recently (never tried, or measured during a load spike) is predicted as cheap as the
-   cheapest size whenever the exploration budget can pay for being wrong. The budget earns
-   `explore_fraction` of every step's time and pays the predicted extra cost of an optimistic
-   size (`exploration_cost`) whenever a tree of that size is verified, so exploration costs at
-   most that fraction of the time.
-7. `DyTCPolicy.observe_step`: what one verified step teaches (acceptance per tested node, the
-   verify and draft timings).
-
-The drafting machinery is abstract here (`TreeDrafter`): the real one runs model drafts and
-prompt lookup (`casspec_ref.draft.StepDrafter`); the simulator in the tests draws synthetic
-acceptances and costs, and exercises exactly this code. Nothing here touches a model.
+Reading order, top to bottom:
+1. `AcceptanceEstimator`: each draft's online acceptance estimate alpha.
+2. `CostCurve`: the measured seconds of a forward by the number of tokens it processes.
+3. `t_score`, `best_k`: the paper's T(S, k), plus the measured verify cost of the grown tree.
+4. `expected_tree_tokens`, `tree_ewif`, `ewif_chain`: the expected walltime improvement factor.
+5. `DyTCPolicy.grow`: best-first growth of a `TreeEstimate` while the tree's EWIF improves.
+6. Exploration (`reexplore`, `exploration_cost`): one bad estimate cannot switch drafting off.
+7. `DyTCPolicy.observe_step`: what one verified step teaches.
+Drafting is abstract (`TreeDrafter`): nothing here touches a model. Where this departs from the
+paper, and why: docs/design.md, `dytc.py`.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-#: The name the prompt-lookup draft is registered under in a `DyTCPolicy`.
-PLD = "pld"
-#: The name of the recycled-token draft (successors seen in earlier verify forwards).
-RECYCLE = "recycle"
-#: Drafts that cost no forward: their proposals are looked up, not computed.
-FREE_DRAFTS = (PLD, RECYCLE)
+PLD = "pld"  # the prompt-lookup draft's name in a `DyTCPolicy`
+RECYCLE = "recycle"  # the recycled-token draft (successors seen in earlier verify forwards)
+FREE_DRAFTS = (PLD, RECYCLE)  # drafts that cost no forward: looked up, not computed
 
 
 @dataclass(frozen=True)
 class DyTCConfig:
-    """Every DyTC knob, with the reconstruction's defaults.
+    """Every DyTC knob, with the reconstruction's defaults (allowed values: `__post_init__`)."""
 
-    Attributes:
-        ema_weight: w in ``a <- (1 - w) a + w mean(window)``, in (0, 1].
-        window: how many recent observations the EMA averages, >= 1.
-        warmup: observations before the EMA starts (running mean until then), >= 0.
-        prior_alpha: a model draft's estimate before any observation, in [0, 1].
-        prior_pld_alpha: the prior of the prompt-lookup draft, in [0, 1].
-        prior_recycle_alpha: the prior of the recycled-token draft, in [0, 1].
-        max_k: the longest chain one expansion drafts, >= 1.
-        max_tree_size: the most nodes a tree may have, root included, >= 1.
-        max_depth: the deepest node allowed (root = depth 0), >= 1.
-        siblings: the most children one expansion may give its leaf (the width DyTC chooses
-            from), >= 1 (1 = chains only).
-        confidence_weight: how a model-drafted node's estimate mixes the draft's own probability
-            of its token with the draft's alpha (1 = the draft confidence only), in [0, 1].
-        min_gain: grow the tree only while the predicted EWIF improves by this factor, >= 1.
-        cascade_depth_rule: apply K = min(3, log2(n_layers / 12)) model levels (seed article).
-        long_context_drop: use one model level fewer above `long_context` tokens (seed article).
-        long_context: the context length that triggers `long_context_drop`.
-        cost_weight: the weight of a new timing in its size's running estimate, in (0, 1].
-        reexplore: per step in which a draft was not tested, its acceptance estimate moves this
-            fraction of the way back to its prior, in [0, 1).
-        explore_fraction: the share of the elapsed time DyTC may spend on trying tree sizes
-            it predicts to be too expensive, in [0, 1) (0 = never explore sizes).
-        explore_horizon: steps after which a size's measurement is stale, so that the size
-            may be explored again, >= 1.
-        calibration_sizes: the tree sizes whose verify cost the first step of a generation
-            measures with scratch forwards (empty = learn them from the steps alone).
-    """
-
-    ema_weight: float = 0.3
+    ema_weight: float = 0.3  # w in a <- (1 - w) a + w mean(last `window` outcomes)
     window: int = 20
-    warmup: int = 20
-    prior_alpha: float = 0.6
+    warmup: int = 20  # outcomes before the EMA starts (a running mean until then)
+    prior_alpha: float = 0.6  # a model draft's estimate before any outcome
     prior_pld_alpha: float = 0.5
     prior_recycle_alpha: float = 0.3
-    max_k: int = 8
-    max_tree_size: int = 32
-    max_depth: int = 16
-    siblings: int = 3
-    confidence_weight: float = 0.5
-    min_gain: float = 1.0
-    cascade_depth_rule: bool = False
-    long_context_drop: bool = False
-    long_context: int = 512
-    cost_weight: float = 0.3
-    reexplore: float = 0.02
-    explore_fraction: float = 0.05
-    explore_horizon: int = 128
-    calibration_sizes: tuple[int, ...] = (2, 4, 8, 16)
+    max_k: int = 8  # the longest chain one expansion drafts
+    max_tree_size: int = 32  # nodes, root included
+    max_depth: int = 16  # root = depth 0
+    siblings: int = 3  # the most children one expansion gives its leaf (1 = chains only)
+    confidence_weight: float = 0.5  # w: a model-drafted node's estimate is w conf + (1 - w) alpha
+    min_gain: float = 1.0  # grow only while the predicted EWIF improves by this factor
+    cascade_depth_rule: bool = False  # K = min(3, log2(n_layers / 12)) model levels (seed article)
+    long_context_drop: bool = False  # one model level fewer above `long_context` tokens
+    long_context: int = 512  # the context length that triggers `long_context_drop`
+    cost_weight: float = 0.3  # the weight of a new timing in its size's running estimate
+    reexplore: float = 0.02  # per step untested, an estimate moves this far back to its prior
+    explore_fraction: float = 0.05  # the most of the time spent exploring sizes (0 = never)
+    explore_horizon: int = 128  # steps after which a size's timing is stale
+    calibration_sizes: tuple[int, ...] = (2, 4, 8, 16)  # timed by scratch forwards first (or none)
 
     def __post_init__(self) -> None:
         checks = [
@@ -142,7 +81,7 @@ class DyTCConfig:
 
 # ------------------------------------------------------------------ 1. acceptance estimates
 class AcceptanceEstimator:
-    """Online acceptance estimate of one draft (warm-up, then windowed EMA)."""
+    """Online acceptance estimate of one draft: a running mean during warm-up, then an EMA."""
 
     def __init__(self, prior: float, *, weight: float, window: int, warmup: int) -> None:
         if not 0.0 <= prior <= 1.0:
@@ -163,8 +102,8 @@ class AcceptanceEstimator:
         self._sum += accepted
         self._recent.append(float(accepted))
         if self.count <= self.warmup:
-            # Warm-up: a running mean in which the prior counts as one pseudo-observation, so
-            # that one early rejection cannot drive the estimate to zero and switch a draft off.
+            # The prior counts as one pseudo-observation: one early rejection cannot drive the
+            # estimate to zero and switch a draft off.
             self.alpha = (self.prior + self._sum) / (1.0 + self.count)
         else:
             window_mean = sum(self._recent) / len(self._recent)
@@ -177,14 +116,8 @@ class AcceptanceEstimator:
 
 # ------------------------------------------------------------------ 2. the cost curve
 class CostCurve:
-    """Seconds of one forward by the number of tokens it processes, learned online.
-
-    Each measured size keeps a running estimate (the first timing, then an EMA with weight
-    `weight`). A size never measured is interpolated linearly between its measured neighbours
-    and extrapolated beyond the largest with the slope of the last two (never below the last).
-    A size not measured in the last `horizon` steps (`tick` counts them) is `stale`: DyTC may
-    predict it as cheap as the cheapest size (`floor`) to explore it.
-    """
+    """Seconds of one forward by the number of tokens it processes, learned online: one EMA
+    per measured size. A size not measured in the last `horizon` steps (`tick`) is `stale`."""
 
     def __init__(self, weight: float = 0.3, horizon: int = 64) -> None:
         if not 0.0 < weight <= 1.0:
@@ -223,27 +156,22 @@ class CostCurve:
         return min(self.seconds.values())
 
     def predict(self, tokens: int) -> float:
-        """Predicted seconds of a forward over `tokens` tokens (needs one observation)."""
+        """Predicted seconds over `tokens` tokens: as measured, else linear between the measured
+        neighbours, else extrapolated from the two largest sizes (never downwards)."""
         if not self.seconds:
             raise ValueError("CostCurve.predict needs at least one observation")
-        if tokens in self.seconds:
-            return self.seconds[tokens]
-        sizes = sorted(self.seconds)
-        below = [s for s in sizes if s < tokens]
-        above = [s for s in sizes if s > tokens]
-        if not below:
-            return self.seconds[above[0]]
-        lo = below[-1]
-        if above:
-            hi = above[0]
-        elif len(below) >= 2:
-            lo, hi = below[-2], below[-1]
-        else:
-            return self.seconds[lo]
-        slope = (self.seconds[hi] - self.seconds[lo]) / (hi - lo)
-        if not above:  # extrapolate from the largest size, never downwards
-            return self.seconds[hi] + max(slope, 0.0) * (tokens - hi)
-        return self.seconds[lo] + slope * (tokens - lo)
+        s = self.seconds
+        if tokens in s:
+            return s[tokens]
+        sizes = sorted(s)
+        i = bisect.bisect(sizes, tokens)  # sizes[i - 1] < tokens < sizes[i]
+        if i == 0 or len(sizes) == 1:
+            return s[sizes[0]]
+        if i < len(sizes):
+            lo, hi = sizes[i - 1], sizes[i]
+            return s[lo] + (s[hi] - s[lo]) / (hi - lo) * (tokens - lo)
+        lo, hi = sizes[-2], sizes[-1]
+        return s[hi] + max((s[hi] - s[lo]) / (hi - lo), 0.0) * (tokens - hi)
 
 
 # ------------------------------------------------------------------ 3-4. the formulas
@@ -257,14 +185,9 @@ def geometric_tokens(alpha: float, k: int) -> float:
 def t_score(
     alpha_s: float, k: int, c_s: float, alpha_pld: float, c_pld: float, c_verify: float = 0.0
 ) -> float:
-    """The paper's T(S, k): expected tokens per unit cost of drafting k tokens with S, then PLD.
-
-    ``T = [a_S (1 - a_S^k) / (1 - a_S) + a_S^k a_PLD] / (c_S k + c_PLD + c_verify)``; the first
-    term is written as the sum it equals so that a_S = 1 needs no special case. The paper's
-    formula has ``c_verify = 0``: it then always favours short drafts, and a free draft has no
-    cost at all. Our addition ``c_verify`` is the cost of verifying the grown tree (in plain
-    steps), read from the measured cost curve, which puts back what verification costs.
-    """
+    """The paper's T(S, k): expected tokens per unit cost of drafting k tokens with S, then PLD,
+    ``[a_S (1 - a_S^k) / (1 - a_S) + a_S^k a_PLD] / (c_S k + c_PLD + c_verify)``; the paper has
+    c_verify = 0, ours is the grown tree's measured verify cost in plain steps."""
     if k < 1:
         raise ValueError(f"k={k} is invalid: allowed is >= 1")
     denominator = c_s * k + c_pld + c_verify
@@ -280,21 +203,13 @@ def best_k(
     cost (in plain steps) of the tree grown by k tokens (ties to the shorter draft)."""
     if not c_verify:
         raise ValueError("best_k needs the verify cost of at least one k")
-    scores = [
-        t_score(alpha_s, k, c_s, alpha_pld, c_pld, c_verify[k - 1])
-        for k in range(1, len(c_verify) + 1)
-    ]
+    scores = [t_score(alpha_s, k, c_s, alpha_pld, c_pld, c) for k, c in enumerate(c_verify, 1)]
     return 1 + scores.index(max(scores))
 
 
 def reach_probabilities(parents: Sequence[int], accept: Sequence[float]) -> list[float]:
-    """P(the path to node i is accepted), for every node of a tree (the root's is 1).
-
-    ``parents[i]`` is node i's parent (node 0 is the root, ``parents[0]`` is ignored) and
-    ``accept[i]`` the probability that node i is accepted given its parent was; siblings are
-    mutually exclusive (at most one child of a node is followed), so a node is reached with the
-    product of the acceptances along its path.
-    """
+    """P(the path to node i is accepted): the product of ``accept`` (node i's acceptance given
+    its parent's) along the path; siblings are mutually exclusive, the root's reach is 1."""
     if len(parents) != len(accept):
         raise ValueError(f"parents ({len(parents)}) and accept ({len(accept)}) differ in length")
     reach = [1.0] * len(parents)
@@ -306,18 +221,14 @@ def reach_probabilities(parents: Sequence[int], accept: Sequence[float]) -> list
 
 
 def expected_tree_tokens(parents: Sequence[int], accept: Sequence[float]) -> float:
-    """Expected tokens one step commits (bonus included): ``1 + sum_i P(path to i accepted)``,
-    the bonus token plus every accepted node (see `reach_probabilities` for the arguments)."""
+    """Expected tokens one step commits: the bonus token plus every node's reach."""
     return 1.0 + sum(reach_probabilities(parents, accept)[1:])
 
 
 def tree_ewif(
     expected_tokens: float, draft_cost: float, verify_cost: float, step_cost: float
 ) -> float:
-    """EWIF of one tree step: tokens per second relative to a plain step (one token per step_cost).
-
-    With draft_cost = c k, verify_cost = 1 and step_cost = 1 this is `ewif_chain`.
-    """
+    """EWIF of one tree step: its tokens per second over a plain step's (1 per `step_cost`)."""
     total = draft_cost + verify_cost
     if total <= 0 or step_cost <= 0:
         raise ValueError("costs must be > 0 to form an EWIF")
@@ -325,11 +236,8 @@ def tree_ewif(
 
 
 def ewif_chain(alpha: float, k: int, c: float) -> float:
-    """EWIF of one draft proposing k tokens: (1 - alpha^(k+1)) / ((1 - alpha) (c k + 1)).
-
-    It is `tree_ewif` of a k-chain whose tokens are accepted with probability alpha each,
-    drafted at c plain steps per token and verified at the cost of one plain step.
-    """
+    """EWIF of one draft proposing k tokens at c plain steps each, verified in one plain step:
+    (1 - alpha^(k+1)) / ((1 - alpha) (c k + 1))."""
     return tree_ewif(1.0 + geometric_tokens(alpha, k), c * k, 1.0, 1.0)
 
 
@@ -346,43 +254,32 @@ def max_cascade_depth(n_layers: int, context_len: int, *, n_levels: int, config:
 
 # ------------------------------------------------------------------ 5. growing the tree
 class TreeDrafter(Protocol):
-    """What DyTC needs from one step's drafting machinery.
-
-    Node 0 is the root; nodes are numbered in the order they are added. `expand` is the only
-    call that changes the tree; `alternatives` may run (and charge) the draft's forward.
-    """
+    """What DyTC needs from one step's drafting machinery. Node 0 is the root, nodes are
+    numbered as added; only `expand` changes the tree; `alternatives` may run a draft forward."""
 
     def size(self) -> int:
         """Nodes in the tree, root included."""
-        ...
 
     def room(self, node: int) -> int:
         """How many more nodes may hang below `node` along one path."""
-        ...
 
     def is_leaf(self, node: int) -> bool:
         """True while `node` has no children."""
-        ...
 
     def offers(self, node: int, draft: str) -> int:
         """How many tokens `draft` can propose below `node` (a free draft may have none)."""
-        ...
 
     def alternatives(self, node: int, draft: str, width: int) -> list[float]:
         """The draft's confidence in its top-`width` candidates for the child of `node`."""
-        ...
 
     def expand(
         self, node: int, draft: str, k: int, width: int
     ) -> list[tuple[int, int, float | None]]:
-        """Add up to `width` children below `node`, the first continuing as a chain of up to
-        `k` tokens; return ``(new node, its parent, the draft's confidence in its token or
-        None)`` for every added node, parents before children."""
-        ...
+        """Add up to `width` children below `node`, the first continuing as a chain of up to `k`
+        tokens; return (node, parent, the draft's confidence or None) per node, parents first."""
 
     def seconds(self) -> float:
         """Wall seconds spent drafting in this step so far."""
-        ...
 
 
 @dataclass
@@ -399,23 +296,19 @@ class Expansion:
 @dataclass
 class TreeEstimate:
     """What DyTC believes of the tree it grows: node i's parent and the probability that node i
-    is accepted given that its parent was (node 0, the root, is certain). The expected tokens
-    and every node's reach are the module's formulas, `expected_tree_tokens` and
-    `reach_probabilities`, applied to it."""
+    is accepted given that its parent was (node 0, the root, is certain)."""
 
     parents: list[int] = field(default_factory=lambda: [-1])
     accept: list[float] = field(default_factory=lambda: [1.0])
 
     def add(self, node: int, parent: int, accept: float) -> None:
-        """Record drafted node `node` (the drafter's number; an expansion may report a node
-        before lower-numbered siblings of the same expansion)."""
+        """Record node `node` (an expansion may report it before lower-numbered siblings)."""
         while len(self.parents) <= node:
             self.parents.append(-1)
             self.accept.append(0.0)
         self.parents[node], self.accept[node] = parent, accept
 
     def reach(self) -> dict[int, float]:
-        """Each node's probability that the path to it is accepted."""
         return dict(enumerate(reach_probabilities(self.parents, self.accept)))
 
     def expected_tokens(self) -> float:
@@ -424,17 +317,15 @@ class TreeEstimate:
 
 @dataclass
 class DyTCPolicy:
-    """The online state of DyTC (estimates and cost curves) and its decisions.
-
-    Drafts are named: the plan names of the DSIA levels, plus `PLD` and `RECYCLE`. The loop asks
-    `grow` to build each step's tree and reports the outcome with `observe_step`.
-    """
+    """The online state of DyTC (estimates, cost curves, exploration budget) and its decisions.
+    Drafts are named: the DSIA levels' plan names, plus `PLD` and `RECYCLE`."""
 
     drafts: Sequence[str]
     config: DyTCConfig = field(default_factory=DyTCConfig)
 
     def __post_init__(self) -> None:
         cfg = self.config
+        names = [*self.drafts, *FREE_DRAFTS]
         priors = {PLD: cfg.prior_pld_alpha, RECYCLE: cfg.prior_recycle_alpha}
         self.alpha: dict[str, AcceptanceEstimator] = {
             name: AcceptanceEstimator(
@@ -443,18 +334,13 @@ class DyTCPolicy:
                 window=cfg.window,
                 warmup=cfg.warmup,
             )
-            for name in [*self.drafts, *FREE_DRAFTS]
+            for name in names
         }
         self.verify_cost = CostCurve(cfg.cost_weight, cfg.explore_horizon)
-        self.draft_cost = {
-            name: CostCurve(cfg.cost_weight, cfg.explore_horizon)
-            for name in [*self.drafts, *FREE_DRAFTS]
-        }
+        self.draft_cost = {name: CostCurve(cfg.cost_weight, cfg.explore_horizon) for name in names}
         self._seen: set[str] = set()
-        #: seconds DyTC may still spend on exploring sizes predicted not to pay
-        self.explore_budget = 0.0
-        #: what exploring this step's tree costs the budget if it is verified (see `grow`)
-        self._exploring = 0.0
+        self.explore_budget = 0.0  # seconds DyTC may still spend exploring sizes
+        self._exploring = 0.0  # what this step's tree costs the budget if verified (`grow`)
 
     # -- what DyTC predicts ----------------------------------------------------------------
     def ready(self) -> bool:
@@ -462,19 +348,15 @@ class DyTCPolicy:
         return len(self.verify_cost) > 0
 
     def verify_seconds(self, tree_size: int) -> float:
-        """Predicted seconds of verifying a tree of `tree_size` nodes (root included).
-
-        Exploration: a stale size whose predicted extra cost over a plain step the budget can
-        pay is predicted at the curve's floor (optimism in the face of uncertainty).
-        """
+        """Predicted seconds of verifying `tree_size` nodes; a size being explored (see
+        `exploration_cost`) is predicted at the curve's floor."""
         if self.exploration_cost(tree_size) > 0:
             return self.verify_cost.floor()
         return self.verify_cost.predict(tree_size)
 
     def exploration_cost(self, tree_size: int) -> float:
-        """How much cheaper than predicted `verify_seconds` assumes `tree_size` to be: its
-        predicted extra cost over the floor when the size is stale and the budget can pay it,
-        else 0."""
+        """The predicted extra cost of `tree_size` over the floor when the size is stale and the
+        budget can pay it (it is then explored), else 0."""
         curve = self.verify_cost
         extra = curve.predict(tree_size) - curve.floor()
         return extra if 0 < extra <= self.explore_budget and curve.stale(tree_size) else 0.0
@@ -498,63 +380,26 @@ class DyTCPolicy:
         """c of a draft: one call's predicted seconds over a plain step's."""
         return self.draft_seconds(draft) / self.step_seconds()
 
-    def node_estimate(self, draft: str, confidence: float | None) -> float:
-        """The per-token estimate a new drafted node multiplies into its path's cumulative one."""
-        alpha = self.alpha[draft].alpha
-        if confidence is None:
-            return alpha
-        w = self.config.confidence_weight
-        return w * confidence + (1.0 - w) * alpha
-
     def _score(
         self, leaf: int, cum: float, draft: str, room: int, base: tuple[float, float, int]
-    ) -> Expansion | None:
-        """The best chain (k) of `draft` below `leaf`: k from T(S,k), shortened by tree EWIF."""
+    ) -> Expansion:
+        """The best chain of `draft` below `leaf`: k from T(S,k), shortened by the tree's EWIF.
+        `base` is the tree's (expected tokens, drafting seconds, size) before it."""
         tokens, spent, size = base
         step = self.step_seconds()
         a_s, c_s = self.alpha[draft].alpha, self.cost(draft)
         c_verify = [self.verify_seconds(size + k) / step for k in range(1, room + 1)]
         k_max = best_k(a_s, c_s, self.alpha[PLD].alpha, self.cost(PLD), c_verify)
         per_call = self.draft_seconds(draft)
-        best: Expansion | None = None
+        options = []
         for k in range(1, k_max + 1):
             # A model draft runs one forward per token; a free draft one lookup per expansion.
             calls = k if draft not in FREE_DRAFTS else 1
-            ewif = tree_ewif(
-                tokens + cum * geometric_tokens(a_s, k),
-                spent + per_call * calls,
-                self.verify_seconds(size + k),
-                step,
-            )
-            if best is None or ewif > best.predicted_ewif:
-                best = Expansion(leaf, draft, k, 1, ewif)
-        return best
-
-    def _width(self, choice: Expansion, cum: float, confidences: Sequence[float],
-               base: tuple[float, float, int]) -> int:  # fmt: skip
-        """How many of the draft's alternatives to keep as children: add the next sibling
-        while the tree's EWIF improves (a sibling costs no forward, only a verify row)."""
-        tokens, spent, size = base
-        step = self.step_seconds()
-        a_s = self.alpha[choice.draft].alpha
-        chain = cum * geometric_tokens(a_s, choice.k)
-        spent_after = spent + self.draft_seconds(choice.draft) * choice.k
-        best_width, best_ewif = 1, choice.predicted_ewif
-        extra = 0.0
-        for width in range(2, len(confidences) + 1):
-            # The j-th sibling is reached when the earlier ones were rejected; its estimate is
-            # the draft's confidence in it, scaled by the draft's measured alpha.
-            extra += cum * confidences[width - 1] * a_s
-            ewif = tree_ewif(
-                tokens + chain + extra,
-                spent_after,
-                self.verify_seconds(size + choice.k + width - 1),
-                step,
-            )
-            if ewif <= best_ewif * self.config.min_gain:
-                break
-            best_width, best_ewif = width, ewif
-        return best_width
+            tree_tokens = tokens + cum * geometric_tokens(a_s, k)
+            verify = self.verify_seconds(size + k)
+            ewif = tree_ewif(tree_tokens, spent + per_call * calls, verify, step)
+            options.append(Expansion(leaf, draft, k, 1, ewif))
+        return max(options, key=lambda e: e.predicted_ewif)
 
     def plan(
         self, drafter: TreeDrafter, tree: TreeEstimate, drafts: Sequence[str]
@@ -565,26 +410,51 @@ class DyTCPolicy:
         size = drafter.size()
         if size >= cfg.max_tree_size:
             return None
-        tokens = tree.expected_tokens()
-        base = (tokens, drafter.seconds(), size)
-        current = tree_ewif(tokens, base[1], self.verify_seconds(size), self.step_seconds())
-        best: Expansion | None = None
+        tokens, spent = tree.expected_tokens(), drafter.seconds()
+        base = (tokens, spent, size)
+        current = tree_ewif(tokens, spent, self.verify_seconds(size), self.step_seconds())
+        options = []
         for leaf, cum in tree.reach().items():
             room = min(cfg.max_k, drafter.room(leaf), cfg.max_tree_size - size)
             if room < 1 or not drafter.is_leaf(leaf):
                 continue
             for draft in drafts:
                 offered = room if draft not in FREE_DRAFTS else drafter.offers(leaf, draft)
-                if offered < 1:
-                    continue
-                candidate = self._score(leaf, cum, draft, min(room, offered), base)
-                if candidate is not None and (
-                    best is None or candidate.predicted_ewif > best.predicted_ewif
-                ):
-                    best = candidate
+                if offered >= 1:
+                    options.append(self._score(leaf, cum, draft, min(room, offered), base))
+        best = max(options, key=lambda e: e.predicted_ewif, default=None)
         if best is None or best.predicted_ewif <= current * cfg.min_gain:
             return None
         return best
+
+    def _width(self, choice: Expansion, tree: TreeEstimate, drafter: TreeDrafter) -> int:
+        """How many of the draft's alternatives become children: add the next sibling while the
+        tree's EWIF improves (a sibling costs no forward, only a verify row)."""
+        cfg = self.config
+        if cfg.siblings == 1 or choice.draft == PLD:
+            return 1
+        tokens, spent, size = tree.expected_tokens(), drafter.seconds(), drafter.size()
+        limit = min(cfg.siblings, cfg.max_tree_size - size - choice.k + 1)
+        if limit < 2:
+            return 1
+        confidences = drafter.alternatives(choice.leaf, choice.draft, limit)
+        cum = tree.reach()[choice.leaf]
+        step = self.step_seconds()
+        a_s = self.alpha[choice.draft].alpha
+        chain = cum * geometric_tokens(a_s, choice.k)
+        spent_after = spent + self.draft_seconds(choice.draft) * choice.k
+        best_width, best_ewif = 1, choice.predicted_ewif
+        extra = 0.0
+        for width in range(2, len(confidences) + 1):
+            # The j-th sibling is reached when the earlier ones were rejected; its estimate is
+            # the draft's confidence in it, scaled by the draft's measured alpha.
+            extra += cum * confidences[width - 1] * a_s
+            verify = self.verify_seconds(size + choice.k + width - 1)
+            ewif = tree_ewif(tokens + chain + extra, spent_after, verify, step)
+            if ewif <= best_ewif * cfg.min_gain:
+                break
+            best_width, best_ewif = width, ewif
+        return best_width
 
     def grow(self, drafter: TreeDrafter, drafts: Sequence[str]) -> dict[int, float]:
         """Build one step's tree, best first; returns each node's reach probability."""
@@ -598,21 +468,13 @@ class DyTCPolicy:
             self._record(tree, untimed[0], drafter.expand(0, untimed[0], 1, 1))
             return tree.reach()
         while (choice := self.plan(drafter, tree, drafts)) is not None:
-            width = 1
-            if self.config.siblings > 1 and choice.draft != PLD:
-                base = (tree.expected_tokens(), drafter.seconds(), drafter.size())
-                room = self.config.max_tree_size - drafter.size() - choice.k + 1
-                limit = min(self.config.siblings, room)
-                if limit > 1:
-                    confidences = drafter.alternatives(choice.leaf, choice.draft, limit)
-                    cum = tree.reach()[choice.leaf]
-                    width = self._width(choice, cum, confidences, base)
+            width = self._width(choice, tree, drafter)
             added = drafter.expand(choice.leaf, choice.draft, choice.k, width)
             if not added:
                 break
             self._record(tree, choice.draft, added)
-        # If the final size looked cheap only because it was stale, verifying it explores:
-        # the budget pays its predicted extra cost when the step is observed.
+        # A size that looked cheap only because it was stale is explored when it is verified:
+        # the budget pays its predicted extra cost in `observe_step`.
         self._exploring = self.exploration_cost(drafter.size())
         return tree.reach()
 
@@ -620,15 +482,18 @@ class DyTCPolicy:
         self, tree: TreeEstimate, draft: str, added: list[tuple[int, int, float | None]]
     ) -> None:
         """Each new node's acceptance given its parent: the first child continues the draft's
-        chain (alpha mixed with confidence); a later sibling is reached only after the earlier
-        ones were rejected (its confidence times alpha)."""
+        chain (alpha mixed with the draft's confidence); a later sibling is reached only after
+        the earlier ones were rejected (its confidence times alpha)."""
+        alpha = self.alpha[draft].alpha
+        w = self.config.confidence_weight
         has_child: set[int] = set()
         for node, parent, confidence in added:
-            if parent not in has_child:
-                per_token = self.node_estimate(draft, confidence)
+            if parent in has_child:
+                per_token = (confidence if confidence is not None else 1.0) * alpha
+            elif confidence is None:
+                per_token = alpha
             else:
-                conf = confidence if confidence is not None else 1.0
-                per_token = conf * self.alpha[draft].alpha
+                per_token = w * confidence + (1.0 - w) * alpha
             has_child.add(parent)
             tree.add(node, parent, per_token)
 
@@ -640,14 +505,9 @@ class DyTCPolicy:
         verify_seconds: float,
         draft_timings: dict[str, tuple[int, float]],
     ) -> None:
-        """Learn from one verified step.
-
-        Args:
-            tested: ``(draft, accepted)`` for every chain-continuing node whose parent was
-                accepted (the nodes whose acceptance the step actually tested).
-            verify_tokens, verify_seconds: the target forward's size and wall time.
-            draft_timings: per draft, ``(calls, total seconds)`` spent drafting in the step.
-        """
+        """Learn from one verified step: `tested` is ``(draft, accepted)`` per chain-continuing
+        node whose parent was accepted; the target forward's size and seconds; per draft,
+        ``(calls, total seconds)`` spent drafting."""
         # The exploration budget earns its share of the step and pays for an explored size.
         spent = verify_seconds + sum(seconds for _, seconds in draft_timings.values())
         self.explore_budget += self.config.explore_fraction * spent - self._exploring
@@ -657,8 +517,8 @@ class DyTCPolicy:
             if calls < 1 or name not in self.draft_cost:
                 continue
             if name not in self._seen and name not in FREE_DRAFTS:
-                # The first timing of a model draft pays one-time setup (an int8 weight copy,
-                # a cast): discarded, so the draft is probed once more.
+                # A model draft's first timing pays one-time setup (an int8 weight copy, a
+                # cast): discarded, so the draft is probed once more.
                 self._seen.add(name)
                 continue
             self.draft_cost[name].observe(1, seconds / calls)

@@ -1,76 +1,30 @@
 """The from-scratch decoder-only Transformer (Llama and GPT-2 families) that reads an ExecutionPlan.
 
-Scope: one `Transformer` class whose `forward` runs new tokens against a `KVCache`, with an
-arbitrary boolean attention mask (so a whole token tree is verified in one forward, CAS-Spec §4 /
-docs/method.md §4: each node sees the verified prefix and its ancestors, position = prefix length +
-depth) and an `ExecutionPlan` (docs/method.md §2: layer sparsity, early exit, activation
-quantization via a `LinearKernel`, precision switching). The target and all its virtual drafts are
-this one object with one set of weights.
-
-Families:
-- Llama: RMSNorm, rotary embeddings in the Hugging Face "rotate half" convention (so GGUF Q/K rows
-  must be un-permuted by the loader, see docs/smollm2.md), grouped-query attention, SwiGLU MLP,
-  tied or untied LM head, no biases unless ``config.attention_bias``.
-- GPT-2: LayerNorm, learned positions, GELU (tanh approximation) MLP, biases, tied head.
-
-Notable choices:
-- Parameters live in `nn.Linear` / `nn.Embedding` / norm modules only so that names and layouts
-  match the loaders (``(out, in)``); the forward never calls those modules. Every linear goes
-  through the module-level `linear`, so the naive loop and every speculative path use the same
-  kernels, and a plan can swap the kernel in one place.
-- `exact_linear` (in `casspec_ref.kernels`) computes each product in the formulation a
-  per-machine table chose for its weight shape, dtype and row count; every forward (naive loop,
-  drafts, verification) reads the same table.
-- Grouped-query attention without copying K/V: the G query heads that share one KV head are
-  folded into the query-length axis, ``(B, H, T, D) -> (B, H_kv, G*T, D)``, and the mask is
-  tiled G times (once per forward, as an additive bias), so `F.scaled_dot_product_attention`
-  reads the cache in place (a repeat/expand of K/V would copy the whole history every layer of
-  every decode step).
-- ``compute_dtype`` runs on weight copies cast once and cached by `weights_in` (an explicit extra
-  copy per dtype, refreshed when a parameter changes); the cache's K/V rows are cast on read.
-- The forward trusts its inputs' values: it checks shapes and cache room (plain integer
-  comparisons) but reads no tensor value back to the host. `validate_inputs` checks everything
-  (token and position ranges, mask rows, plan) and is called once at the public boundary.
-- ``last_only=True`` computes the LM head for the last position only (prefill needs no more).
+`forward` runs new tokens against a `KVCache` under any boolean attention mask, so a whole token
+tree is verified in one forward (CAS-Spec §4), and under an `ExecutionPlan` (§2), so the target
+and all its virtual drafts are this one object with one set of weights. Families and choices:
+docs/design.md, `model.py`.
 """
 
 from __future__ import annotations
-
-import math
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from casspec_ref.base.kernels import exact_linear
+from casspec_ref.base.model_checks import check_forward_inputs, check_forward_shapes
 from casspec_ref.config import ModelConfig
-from casspec_ref.kernels import exact_linear
 from casspec_ref.kv_cache import KVCache
 from casspec_ref.plan import ExecutionPlan
 
-__all__ = [
-    "Transformer",
-    "count_parameters",
-    "exact_linear",
-    "linear",
-    "random_init_",
-    "rms_norm",
-    "rotate_half",
-]
-
 
 def linear(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    layer: int,
-    name: str,
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, layer: int, name: str,
     plan: ExecutionPlan | None,
-) -> torch.Tensor:
-    """Every linear layer of the model: the plan's kernel when it has one, else `exact_linear`.
-
-    ``layer`` is the block index (-1 for the LM head) and ``name`` one of
-    `casspec_ref.plan.LINEAR_NAMES`.
-    """
+) -> torch.Tensor:  # fmt: skip
+    """Every linear layer of the model: the plan's kernel when it has one, else `exact_linear`
+    (``layer`` is the block index, -1 for the LM head; ``name`` one of `plan.LINEAR_NAMES`)."""
     if plan is not None and plan.linear is not None:
         return plan.linear(x, weight, bias, layer, name)
     return exact_linear(x, weight, bias)
@@ -78,8 +32,7 @@ def linear(
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """RMSNorm, statistics in at least float32 as Hugging Face's LlamaRMSNorm does."""
-    stat_dtype = torch.promote_types(x.dtype, torch.float32)
-    xs = x.to(stat_dtype)
+    xs = x.to(torch.promote_types(x.dtype, torch.float32))
     xs = xs * torch.rsqrt((xs * xs).mean(-1, keepdim=True) + eps)
     return weight * xs.to(x.dtype)
 
@@ -91,64 +44,46 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 class Transformer(nn.Module):
-    """A decoder-only Transformer of the Llama or GPT-2 family (see the module docstring)."""
+    """A decoder-only Transformer of the Llama or GPT-2 family. Its modules only hold the
+    parameters (the loaders' names and layouts); `forward` reads them through `weights_in`."""
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.config = config
         c = config
+        d, kv, ff = c.d_model, c.n_kv_heads * c.head_dim, c.d_ff
         llama = c.family == "llama"
-        bias = c.attention_bias
-        kv_width = c.n_kv_heads * c.head_dim
-        self.tok_emb = nn.Embedding(c.vocab_size, c.d_model)
+        norm = nn.RMSNorm if llama else nn.LayerNorm  # parameters only: see `rms_norm`, `_norm`
+        self.tok_emb = nn.Embedding(c.vocab_size, d)
         if not llama:
-            self.pos_emb = nn.Embedding(c.max_seq_len, c.d_model)
-        norm_cls = _RMSNormParams if llama else nn.LayerNorm
+            self.pos_emb = nn.Embedding(c.max_seq_len, d)
         self.layers = nn.ModuleList()
         for _ in range(c.n_layers):
             block = nn.Module()
-            block.attn_norm = norm_cls(c.d_model)
-            block.attn = nn.Module()
-            block.attn.q = nn.Linear(c.d_model, c.d_model, bias=bias)
-            block.attn.k = nn.Linear(c.d_model, kv_width, bias=bias)
-            block.attn.v = nn.Linear(c.d_model, kv_width, bias=bias)
-            block.attn.o = nn.Linear(c.d_model, c.d_model, bias=bias)
-            block.mlp_norm = norm_cls(c.d_model)
-            block.mlp = nn.Module()
+            block.attn_norm = norm(d)
+            block.attn = _linears(c.attention_bias, q=(d, d), k=(d, kv), v=(d, kv), o=(d, d))
+            block.mlp_norm = norm(d)
             if llama:
-                block.mlp.gate = nn.Linear(c.d_model, c.d_ff, bias=False)
-                block.mlp.up = nn.Linear(c.d_model, c.d_ff, bias=False)
-                block.mlp.down = nn.Linear(c.d_ff, c.d_model, bias=False)
+                block.mlp = _linears(False, gate=(d, ff), up=(d, ff), down=(ff, d))
             else:
-                block.mlp.fc = nn.Linear(c.d_model, c.d_ff)
-                block.mlp.proj = nn.Linear(c.d_ff, c.d_model)
+                block.mlp = _linears(True, fc=(d, ff), proj=(ff, d))
             self.layers.append(block)
-        self.norm = norm_cls(c.d_model)
+        self.norm = norm(d)
         if not c.tie_embeddings:
-            self.head = nn.Linear(c.d_model, c.vocab_size, bias=False)
-        # Derived tensors, computed on first use (nothing is touched at construction):
-        # dtype -> (cast sources, their fingerprint, name -> weight);
-        # (dtype, device) -> (cos, sin); device -> arange(max_seq_len).
+            self.head = nn.Linear(d, c.vocab_size, bias=False)
+        # Derived tensors, built on first use: dtype -> (cast sources, their fingerprint,
+        # name -> weight); (dtype, device) -> (cos, sin); device -> arange(max_seq_len).
         self._weights_cache: dict[
             torch.dtype, tuple[list[torch.Tensor], tuple, dict[str, torch.Tensor]]
         ] = {}
         self._rope_cache: dict[tuple[torch.dtype, torch.device], tuple[torch.Tensor, ...]] = {}
         self._index_cache: dict[torch.device, torch.Tensor] = {}
-        #: The draft hierarchy the loader chose for this checkpoint (cheapest level first), or
-        #: None for the generic default (`casspec_ref.speculative.default_drafts`).
+        #: The loader's draft hierarchy for this checkpoint; None = `speculative.default_drafts`.
         self.preset_drafts: tuple[ExecutionPlan, ...] | None = None
 
-    # ----------------------------------------------------------------------------- weights
     def weights_in(self, dtype: torch.dtype) -> dict[str, torch.Tensor]:
-        """All parameters by state-dict name, in ``dtype``.
-
-        For the parameters' own dtype these are the parameters themselves (no copy), collected
-        once. For another dtype they are copies cast once and kept (one extra copy of the model
-        per dtype used by a plan's ``compute_dtype``), recast when a parameter was modified in
-        place since (its version counter moved). ``.to()``, ``load_state_dict`` and
-        `clear_weight_cache` drop the cache; replacing a parameter object by assignment needs
-        `clear_weight_cache`.
-        """
+        """All parameters by state-dict name, in ``dtype``: the parameters themselves in their
+        own dtype, else copies cast once and kept until a parameter changes."""
         cached = self._weights_cache.get(dtype)
         if cached is not None:
             sources, fingerprint, weights = cached
@@ -185,25 +120,16 @@ class Transformer(nn.Module):
             inv_freq = c.rope_theta ** (-torch.arange(half, dtype=torch.float64) * 2 / c.head_dim)
             angles = torch.outer(torch.arange(c.max_seq_len, dtype=torch.float64), inv_freq)
             angles = torch.cat((angles, angles), dim=-1)  # (max_seq_len, D_head)
-            self._rope_cache[key] = (
-                angles.cos().to(dtype=dtype, device=device),
-                angles.sin().to(dtype=dtype, device=device),
-            )
+            self._rope_cache[key] = (angles.cos().to(device, dtype), angles.sin().to(device, dtype))
         return self._rope_cache[key]
 
-    # ----------------------------------------------------------------------------- forward
     @torch.no_grad()
     def forward(
-        self,
-        tokens: torch.Tensor,
-        positions: torch.Tensor | None = None,
-        cache: KVCache | None = None,
-        attn_mask: torch.Tensor | None = None,
-        plan: ExecutionPlan | None = None,
-        *,
-        last_only: bool = False,
-    ) -> torch.Tensor:
-        """Run ``T`` new tokens; return their logits.
+        self, tokens: torch.Tensor, positions: torch.Tensor | None = None,
+        cache: KVCache | None = None, attn_mask: torch.Tensor | None = None,
+        plan: ExecutionPlan | None = None, *, last_only: bool = False,
+    ) -> torch.Tensor:  # fmt: skip
+        """Run ``T`` new tokens; return their logits. Values are trusted (see `validate_inputs`).
 
         Args:
             tokens: ``(B, T)`` integer token ids.
@@ -217,13 +143,13 @@ class Transformer(nn.Module):
             last_only: compute logits for the last position only (returns ``(B, 1, V)``).
         Returns:
             logits ``(B, T, V)`` (or ``(B, 1, V)``), in the compute dtype.
-
-        Shapes are checked; values (token ids, positions, mask rows, the plan) are trusted, as
-        the hot loops call this for every draft and verify step: see `validate_inputs`.
         """
         c = self.config
-        positions, past = self._check_shapes(tokens, positions, cache, attn_mask)
+        past = check_forward_shapes(c, tokens, positions, cache, attn_mask)
         n_batch, n_new = tokens.shape
+        if positions is None:
+            positions = self._arange(past + n_new, tokens.device)[past:]
+            positions = positions.expand(n_batch, n_new)  # (B, T)
         mask = self._causal_mask(n_new, past, tokens.device) if attn_mask is None else attn_mask
 
         # ========================= EXECUTION PLAN =========================================
@@ -244,8 +170,7 @@ class Transformer(nn.Module):
             p = f"layers.{i}."
             if i not in skip_attention:
                 h = self._norm(x, w, p + "attn_norm")
-                h = self._attention(h, w, p, i, plan, cache, bias, cos, sin)
-                x = x + h
+                x = x + self._attention(h, w, p, i, plan, cache, bias, cos, sin)
             if i not in skip_mlp:
                 h = self._norm(x, w, p + "mlp_norm")
                 x = x + self._mlp(h, w, p, i, plan)
@@ -284,25 +209,19 @@ class Transformer(nn.Module):
         if self.config.family == "llama":
             gate = linear(h, w[p + "mlp.gate.weight"], None, layer, "mlp_gate", plan)
             up = linear(h, w[p + "mlp.up.weight"], None, layer, "mlp_up", plan)
-            return linear(
-                F.silu(gate) * up, w[p + "mlp.down.weight"], None, layer, "mlp_down", plan
-            )
+            h = F.silu(gate) * up
+            return linear(h, w[p + "mlp.down.weight"], None, layer, "mlp_down", plan)
         h = linear(h, w[p + "mlp.fc.weight"], w[p + "mlp.fc.bias"], layer, "mlp_fc", plan)
         h = F.gelu(h, approximate="tanh")
         return linear(h, w[p + "mlp.proj.weight"], w[p + "mlp.proj.bias"], layer, "mlp_proj", plan)
 
     def _attention(
-        self,
-        h: torch.Tensor,
-        w: dict[str, torch.Tensor],
-        p: str,
-        layer: int,
-        plan: ExecutionPlan | None,
-        cache: KVCache | None,
-        bias: torch.Tensor | None,
-        cos: torch.Tensor | None,
-        sin: torch.Tensor | None,
-    ) -> torch.Tensor:
+        self, h: torch.Tensor, w: dict[str, torch.Tensor], p: str, layer: int,
+        plan: ExecutionPlan | None, cache: KVCache | None, bias: torch.Tensor | None,
+        cos: torch.Tensor | None, sin: torch.Tensor | None,
+    ) -> torch.Tensor:  # fmt: skip
+        """Grouped-query attention of block ``layer``: the G query heads that share a KV head
+        are folded into the query axis, so K/V are read from the cache in place."""
         c = self.config
         n_batch, n_new, _ = h.shape
         group = c.n_heads // c.n_kv_heads
@@ -319,105 +238,20 @@ class Transformer(nn.Module):
             k, v = cache.write(layer, k, v)  # (B, Hkv, S, Dh) views of the cache
             if k.dtype != q.dtype:  # a draft in another precision reads the target's cache
                 k, v = k.to(q.dtype), v.to(q.dtype)
-        # Fold the G query heads of each KV head into the query axis: K/V are read in place.
         q = q.reshape(n_batch, c.n_kv_heads, group * n_new, c.head_dim)  # (B, Hkv, G*T, Dh)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)  # (B, Hkv, G*T, Dh)
         out = out.reshape(n_batch, c.n_heads, n_new, c.head_dim)  # (B, H, T, Dh)
         out = out.transpose(1, 2).reshape(n_batch, n_new, c.d_model)  # (B, T, D)
         return linear(out, w[p + "attn.o.weight"], w.get(p + "attn.o.bias"), layer, "attn_o", plan)
 
-    # ----------------------------------------------------------------------------- checks
     def validate_inputs(
-        self,
-        tokens: torch.Tensor,
-        positions: torch.Tensor | None = None,
-        cache: KVCache | None = None,
-        attn_mask: torch.Tensor | None = None,
+        self, tokens: torch.Tensor, positions: torch.Tensor | None = None,
+        cache: KVCache | None = None, attn_mask: torch.Tensor | None = None,
         plan: ExecutionPlan | None = None,
-    ) -> None:
-        """Check a forward's arguments completely; raise `ValueError` naming what is wrong.
-
-        `forward` itself checks only shapes and cache room; this also reads values (token and
-        position ranges, mask rows with no key) and validates the plan. Call it once where
-        inputs enter from outside (the generation loops check their prompts and plans).
-        """
-        c = self.config
-        if plan is not None:
-            plan.validate(c)
-        self._check_shapes(tokens, positions, cache, attn_mask)
-        lo, hi = int(tokens.min()), int(tokens.max())
-        if lo < 0 or hi >= c.vocab_size:
-            raise ValueError(
-                f"token ids must be in 0..{c.vocab_size - 1} (vocab_size), got min {lo}, max {hi}"
-            )
-        if positions is not None:
-            lo, hi = int(positions.min()), int(positions.max())
-            if lo < 0 or hi >= c.max_seq_len:
-                raise ValueError(
-                    f"positions must be in 0..{c.max_seq_len - 1} (max_seq_len), got min {lo}, "
-                    f"max {hi}"
-                )
-        if attn_mask is not None:
-            empty = (~attn_mask.any(dim=1)).nonzero().flatten().tolist()
-            if empty:
-                raise ValueError(f"attn_mask rows {empty} allow no key at all (softmax undefined)")
-
-    def _check_shapes(
-        self,
-        tokens: torch.Tensor,
-        positions: torch.Tensor | None,
-        cache: KVCache | None,
-        attn_mask: torch.Tensor | None,
-    ) -> tuple[torch.Tensor, int]:
-        """Shape, dtype and cache-room checks (no tensor value is read); returns the positions
-        (``past + arange(T)`` when None) and ``past``, the cached length."""
-        c = self.config
-        if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.shape[1] < 1:
-            shape = tuple(tokens.shape) if isinstance(tokens, torch.Tensor) else type(tokens)
-            raise ValueError(f"tokens must be a (B, T) tensor with T >= 1, got {shape}")
-        if tokens.dtype.is_floating_point or tokens.dtype == torch.bool:
-            raise ValueError(f"tokens must have an integer dtype, got {tokens.dtype}")
-        n_batch, n_new = tokens.shape
-        past = 0
-        if cache is not None:
-            if cache.config.n_layers != c.n_layers or cache.k.shape[2:] != (
-                c.n_kv_heads,
-                cache.max_len,
-                c.head_dim,
-            ):
-                raise ValueError(f"the KV cache {cache!r} does not fit this model's config")
-            if cache.batch != n_batch:
-                raise ValueError(f"tokens batch {n_batch} != KV cache batch {cache.batch}")
-            past = cache.length
-            if past + n_new > cache.max_len:
-                raise ValueError(
-                    f"KV cache overflow: {past} cached + {n_new} new tokens exceed the cache's "
-                    f"max_len={cache.max_len}"
-                )
-        if positions is None:
-            if past + n_new > c.max_seq_len:
-                raise ValueError(
-                    f"{past} cached + {n_new} new tokens exceed max_seq_len={c.max_seq_len}"
-                )
-            positions = self._arange(past + n_new, tokens.device)[past:]
-            positions = positions.expand(n_batch, n_new)  # (B, T)
-        else:
-            if not isinstance(positions, torch.Tensor) or positions.shape != tokens.shape:
-                shape = tuple(positions.shape) if isinstance(positions, torch.Tensor) else None
-                raise ValueError(
-                    f"positions must have the shape of tokens {tuple(tokens.shape)}, got {shape}"
-                )
-            if positions.dtype.is_floating_point or positions.dtype == torch.bool:
-                raise ValueError(f"positions must have an integer dtype, got {positions.dtype}")
-        if attn_mask is not None:
-            if not isinstance(attn_mask, torch.Tensor) or attn_mask.dtype != torch.bool:
-                raise ValueError("attn_mask must be a bool tensor (True = may attend)")
-            if tuple(attn_mask.shape) != (n_new, past + n_new):
-                raise ValueError(
-                    f"attn_mask has shape {tuple(attn_mask.shape)}, expected (T, S) = "
-                    f"({n_new}, {past + n_new}) (S = cached length + new tokens)"
-                )
-        return positions, past
+    ) -> None:  # fmt: skip
+        """Check a forward's arguments completely, values and plan included (reads tensors back
+        to the host): call it once where inputs enter, as the generation loops do."""
+        check_forward_inputs(self.config, tokens, positions, cache, attn_mask, plan)
 
     def _arange(self, n: int, device: torch.device) -> torch.Tensor:
         """``arange(n)`` as a view of a cached ``arange(max_seq_len)`` (positions, masks)."""
@@ -428,10 +262,8 @@ class Transformer(nn.Module):
         return index[:n]
 
     def _attention_bias(self, mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        """The bool mask as the additive bias attention applies (0 = may attend, -inf = not),
-        tiled once for the G query heads folded into each KV head: ``(T, S) -> (G*T, S)``.
-        Built once per forward rather than in every layer; the same numbers the attention
-        would derive from the bool mask itself."""
+        """The bool mask as attention's additive bias (0 = may attend, -inf = not), tiled once
+        per forward for the G query heads folded into each KV head: ``(T, S) -> (G*T, S)``."""
         bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
         bias.masked_fill_(~mask, float("-inf"))
         group = self.config.n_heads // self.config.n_kv_heads
@@ -450,39 +282,11 @@ def _fingerprint(params: list[torch.Tensor]) -> tuple[tuple[int, int], ...]:
     return tuple((p._version, p.data_ptr()) for p in params)
 
 
-class _RMSNormParams(nn.Module):
-    """Holds an RMSNorm weight under the name ``weight`` (computed by `rms_norm`)."""
-
-    def __init__(self, dim: int) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
+def _linears(bias: bool, **shapes: tuple[int, int]) -> nn.ModuleDict:
+    """`nn.Linear` layers by name, ``name=(in_features, out_features)``."""
+    return nn.ModuleDict({n: nn.Linear(i, o, bias=bias) for n, (i, o) in shapes.items()})
 
 
 def count_parameters(model: Transformer) -> int:
     """Number of distinct parameters (a tied head is counted once)."""
     return sum(p.numel() for p in model.parameters())
-
-
-def random_init_(
-    model: Transformer, seed: int, std: float = 1.5, emb_std: float = 0.1
-) -> Transformer:
-    """Fill every parameter with seeded Gaussian noise, for tests.
-
-    Matrices get ``std / sqrt(fan_in)``, embeddings ``emb_std``, norm weights ``1 + 0.1 N(0, 1)``,
-    biases ``0.5 N(0, 1)``. These scales keep tiny models' next-token laws neither one-hot nor
-    uniform (entropy about 2.7-3.9 nats for V of about 60), so tests are sensitive to mistakes.
-    """
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            noise = torch.randn(p.shape, generator=gen, dtype=torch.float64)
-            if name.endswith("norm.weight"):
-                value = 1.0 + 0.1 * noise
-            elif "emb" in name:
-                value = emb_std * noise
-            elif p.dim() == 2:
-                value = std / math.sqrt(p.shape[-1]) * noise
-            else:
-                value = 0.5 * noise
-            p.copy_(value.to(p.dtype))
-    return model

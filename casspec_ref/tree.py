@@ -1,24 +1,9 @@
 """The draft token tree: nodes, how each node's children were proposed, tree attention.
 
-Scope (docs/method.md §4 "verify the whole tree in one target forward", §5 node rules): a
-`DraftTree` holds the drafted tokens of one speculative step, the law each sampled token was
-drawn from, and how the children of every node were proposed (`ChildRule`). The verifier
-(casspec_ref.verify) reads it; the speculative loop feeds its nodes to one target forward with
-`attention_mask` and `positions`.
-
-Conventions and choices:
-- Node 0 is the root: the last committed token, not yet in the KV cache. Its children are the
-  first drafted tokens. Nodes are numbered in insertion order, and a parent is always added
-  before its children, so node order is a topological order (the order of the target forward).
-- One rule per parent. The rule of a node's children is fixed by its first child; adding a child
-  with another rule raises `ValueError`. To mix a deterministic proposal (say a prompt-lookup
-  token) with sampled siblings, declare the parent `INDEPENDENT` and give the deterministic child
-  a one-hot draft law on its token: rule 2 with a one-hot q is exactly rule 4 for that child
-  (accept with probability p_i(x), on rejection zero x in the residual).
-- `WITHOUT_REPLACEMENT` children carry the *unconditional* law q they were drawn from, in
-  drawing order, and must be distinct tokens; the verifier derives the conditional laws itself
-  (docs/method.md §5 rule 3). `INDEPENDENT` children each carry their own q_i and may repeat a
-  token. `DETERMINISTIC` children carry no law and may repeat a token.
+A `DraftTree` holds one speculative step's drafted tokens, the law each sampled token was drawn
+from and, per node, how its children were proposed (`ChildRule`, docs/method.md §5). Node 0 is
+the root (the last committed token); parents precede children, so node order is the order of
+the target's tree verify forward (`attention_mask`, `positions`). Conventions: docs/design.md.
 """
 
 from __future__ import annotations
@@ -61,20 +46,11 @@ class DraftTree:
         return len(self.nodes)
 
     def add_child(
-        self,
-        parent: int,
-        token: int,
-        rule: ChildRule,
-        draft_probs: np.ndarray | None = None,
+        self, parent: int, token: int, rule: ChildRule, draft_probs: np.ndarray | None = None
     ) -> int:
-        """Add a drafted token under ``parent`` and return its node index.
-
-        ``rule`` says how ``parent``'s children are proposed and must agree with earlier
-        siblings. ``draft_probs`` is the (processed) law the token was drawn from: required for
-        `INDEPENDENT` (its own q_i) and `WITHOUT_REPLACEMENT` (the one unconditional q shared by
-        all siblings), forbidden for `DETERMINISTIC`. The array is kept by reference and never
-        modified.
-        """
+        """Add `token` under `parent` (whose siblings share one `rule`) and return its index;
+        `draft_probs` is the processed law it was drawn from (its own q_i, or the siblings' one
+        unconditional q), None for `DETERMINISTIC`."""
         if not isinstance(rule, ChildRule):
             raise ValueError(f"rule must be a ChildRule, got {rule!r}")
         if not (isinstance(parent, int | np.integer) and 0 <= parent < len(self.nodes)):
@@ -115,8 +91,6 @@ class DraftTree:
         )
         node.children.append(index)
         return index
-
-    # Read-only views -----------------------------------------------------------------------
 
     def token(self, node: int) -> int:
         return self.nodes[node].token
@@ -167,11 +141,8 @@ class DraftTree:
         return mask
 
     def attention_mask(self, prefix_len: int) -> torch.Tensor:
-        """(N, prefix_len + N) bool for a tree verify forward over every node in node order.
-
-        Node i sees the whole cached prefix (``prefix_len`` tokens, the root excluded: the root is
-        node 0 of this forward), its ancestors and itself.
-        """
+        """(N, prefix_len + N) bool for the tree verify forward: node i sees the cached prefix
+        (the root excluded: it is node 0 of this forward), its ancestors and itself."""
         if prefix_len < 0:
             raise ValueError(f"prefix_len must be >= 0, got {prefix_len}")
         n = len(self.nodes)

@@ -1,42 +1,12 @@
 """THE verifier: lossless rejection sampling over a draft token tree (chains are trees).
 
-Scope (docs/method.md §5, rules 1-5; proofs in docs/algorithm.md): every decoder in casspec_ref
-calls `verify_tree`. Starting at the root, the verifier tests the children of the current node
-in their drafting order against the current residual of the processed target law p at that node,
-following the rule the node declares (`ChildRule`):
-
-- INDEPENDENT (rules 1 and 2): child x_i ~ q_i is accepted with probability
-  min(1, r_i(x_i) / q_i(x_i)); on rejection r_(i+1) = norm(max(r_i - q_i, 0)). A chain is the
-  case of one child.
-- WITHOUT_REPLACEMENT (rule 3): the same test, with q_i the conditional law the i-th child was
-  really drawn from: q with the earlier children removed and renormalized.
-- DETERMINISTIC (rule 4): the same test with q_i = the one-hot law on x_i, i.e. accept with
-  probability r_i(x_i), on rejection zero x_i and renormalize. A duplicate deterministic child
-  therefore has r_i(x) = 0 and is rejected.
-
-When a child is accepted the walk moves to it; when every child is rejected (or the node is a
-leaf) the next token is drawn from the current residual, which is p itself at a node whose
-children were not tested (the bonus token, rule 5). Greedy decoding is the temperature-0 case:
-p is one-hot and every rule above follows the child equal to argmax p, with no randomness
-(`TorchRandomSource` draws no uniform for a probability of 0 or 1).
-
-Notable choices:
-- Laws are 1-D numpy arrays, float64 or object arrays of `fractions.Fraction`: the same code runs
-  in both, so casspec_ref.proof can prove the rules exact. Only numpy vector operations
-  touch the vocabulary axis (real vocabularies are 49152 wide). The caller's arrays are never
-  modified.
-- A child whose draft law gives its token probability 0 is rejected (it cannot have been drawn
-  from that law; rejecting avoids a division by zero).
-- If max(r - q, 0) has no mass, the rejection that led there had probability 0; the residual is
-  then left unchanged rather than dividing by zero (exact renormalization, no epsilon).
-- Stop tokens: a drafted node whose token is in ``stop_ids`` can be accepted, but then nothing
-  more is accepted and no next token is drawn: ``next_token`` is None and ``stopped`` is True.
-  A stop token drawn as the next token is returned normally.
-- Length limit: after ``max_accept`` accepted drafted tokens the children of the current node are
-  not tested and the next token is drawn from p at that node, exactly as at a leaf. This is
-  lossless: which children exist never changes the law of what is emitted (docs/algorithm.md).
-- Coins are fresh for every decision: one Bernoulli draw per tested child, one categorical draw
-  for the next token.
+Every decoder calls `verify_tree` (docs/method.md §5, proofs in docs/algorithm.md). From the
+root, the children of the current node are tested in drafting order against the residual r of
+the processed target law p there: child x ~ q is accepted with probability min(1, r(x) / q(x)),
+on rejection r <- norm(max(r - q, 0)). q is the child's own law (`INDEPENDENT`), the siblings'
+law with the earlier ones removed (`WITHOUT_REPLACEMENT`) or one-hot on x (`DETERMINISTIC`). The
+walk moves to an accepted child; when all are rejected, or at a leaf, the next token is drawn
+from r (p itself where nothing was tested: the bonus token). Edge cases: docs/design.md.
 """
 
 from __future__ import annotations
@@ -57,22 +27,13 @@ LAW_SUM_TOLERANCE = 1e-6
 
 @dataclass
 class VerifyResult:
-    """What one verification produced.
+    """What one verification produced."""
 
-    Attributes:
-        accepted: node indices of the accepted path, root excluded, in order.
-        accepted_tokens: the tokens of those nodes.
-        next_token: the residual sample or the bonus token; None after an accepted stop token.
-        stopped: True when the last accepted node is a stop token.
-        decisions: ``(child node, accepted?)`` for every child tested, in order (for alpha
-            statistics: acceptance estimates must come from these, never from the coins).
-    """
-
-    accepted: list[int]
+    accepted: list[int]  # the accepted path's nodes, root excluded, in order
     accepted_tokens: list[int]
-    next_token: int | None
-    stopped: bool = False
-    decisions: list[tuple[int, bool]] = field(default_factory=list)
+    next_token: int | None  # the residual sample or the bonus token; None after a stop token
+    stopped: bool = False  # the last accepted node is a stop token
+    decisions: list[tuple[int, bool]] = field(default_factory=list)  # (child, accepted?) tested
 
     @property
     def emitted(self) -> list[int]:
@@ -89,17 +50,9 @@ def verify_tree(
     stop_ids: Iterable[int] = (),
     max_accept: int | None = None,
 ) -> VerifyResult:
-    """Verify ``tree`` against the processed target law at every node; see the module docstring.
-
-    Args:
-        tree: the drafted tokens, their draft laws and child rules.
-        target_probs: one processed target law p per node, in node order (a sequence of 1-D
-            arrays, float64 or `Fraction` object arrays; or an (N, V) float array or tensor).
-            Only the laws of visited nodes are read.
-        rng: where every coin comes from.
-        stop_ids: tokens after which nothing is accepted and no next token is drawn.
-        max_accept: accept at most this many drafted tokens (None: no limit).
-    """
+    """Verify `tree` against one processed target law per node, in node order (1-D float64 or
+    `Fraction` arrays, or an (N, V) array or tensor). Nothing is accepted after a token of
+    `stop_ids`, nor after `max_accept` drafted tokens (None: no limit)."""
     laws = _node_laws(target_probs, len(tree))
     if max_accept is not None and (not isinstance(max_accept, int) or max_accept < 0):
         raise ValueError(f"max_accept must be None or an integer >= 0, got {max_accept!r}")

@@ -20,10 +20,11 @@ import gguf
 import numpy as np
 import torch
 
+from casspec_ref.base.random_weights import random_init_
 from casspec_ref.config import ModelConfig, tiny_llama
 from casspec_ref.io import weights
 from casspec_ref.io.weights import permute_qk_for_gguf
-from casspec_ref.model import Transformer, random_init_
+from casspec_ref.model import Transformer
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # Bytes with a token: tab, newline and printable ASCII. Every other byte (0x04, 0x13, 0xFF...)

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from casspec_ref.accel.int8 import Int8Kernel
+from casspec_ref.base.kernels import exact_linear
 from casspec_ref.config import ModelConfig, smollm2_135m, tiny_gpt2, tiny_llama
 from casspec_ref.dsia.act_quant import QuantKernel, quant_plan
 from casspec_ref.dsia.compose import mix, replace, scale
@@ -24,7 +25,7 @@ from casspec_ref.dsia.precision import precision_plan
 from casspec_ref.dsia.virtual_draft import DraftRunner
 from casspec_ref.io.presets import seed_hierarchy
 from casspec_ref.kv_cache import KVCache
-from casspec_ref.model import Transformer, exact_linear
+from casspec_ref.model import Transformer
 from casspec_ref.plan import ExecutionPlan
 from casspec_ref.tools.teacher_forced import TeacherForced
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from casspec_ref.base.random_weights import random_init_
 from casspec_ref.config import tiny_llama
 from casspec_ref.generate import generate_ar
-from casspec_ref.model import Transformer, random_init_
+from casspec_ref.model import Transformer
 from casspec_ref.speculative import METHODS, generate_speculative
 
 CONTEXT = 64

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from casspec_ref.accel.int8 import Int8Kernel, int8_plan
+from casspec_ref.base.kernels import exact_linear
 from casspec_ref.dsia.act_quant import QuantKernel, quant_plan
-from casspec_ref.kernels import exact_linear
 
 
 @pytest.mark.parametrize("rows", [1, 2, 3, 17])

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from casspec_ref import kernels
 from casspec_ref.accel import kernel_table
 from casspec_ref.accel.kernel_table import MeasuredTable
-from casspec_ref.kernels import Form, KernelTable
+from casspec_ref.base import kernels
+from casspec_ref.base.kernels import Form, KernelTable
 
 
 @pytest.fixture(autouse=True)

@@ -12,12 +12,13 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from casspec_ref import kernels
 from casspec_ref.accel.kernel_table import model_shapes
+from casspec_ref.base import kernels
+from casspec_ref.base.kernels import Form, KernelTable
+from casspec_ref.base.random_weights import random_init_
 from casspec_ref.config import tiny_llama
 from casspec_ref.generate import generate_ar
-from casspec_ref.kernels import Form, KernelTable
-from casspec_ref.model import Transformer, random_init_
+from casspec_ref.model import Transformer
 from casspec_ref.plan import ExecutionPlan
 from casspec_ref.speculative import generate_speculative
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from casspec_ref.base.random_weights import random_init_
 from casspec_ref.config import tiny_gpt2, tiny_llama
 from casspec_ref.kv_cache import KVCache
-from casspec_ref.model import Transformer, random_init_
+from casspec_ref.model import Transformer
 
 FAMILIES = {"llama": tiny_llama, "gpt2": tiny_gpt2}
 
@@ -90,6 +91,8 @@ def test_bad_indices_raise_clear_errors() -> None:
         cache.write(0, torch.zeros(1, 3, 1, 8), torch.zeros(1, 3, 1, 8))
     with pytest.raises(ValueError, match="layer"):
         cache.write(5, k_new[:, :, :1], k_new[:, :, :1])
+    with pytest.raises(ValueError, match="v_new shape"):
+        cache.write(0, k_new[:, :, :1], k_new[:, :, :2])
     with pytest.raises(ValueError, match="max_seq_len"):
         KVCache(tiny_llama(), 10_000)
     with pytest.raises(ValueError, match="max_len"):

@@ -70,7 +70,7 @@ def test_layer_rule_can_fail() -> None:
     assert layer_of("casspec_ref.tools.cli") > layer_of("casspec_ref.speculative")
     assert layer_of("casspec_ref.io.weights") > layer_of("casspec_ref.model")
     assert layer_of("casspec_ref.accel.int8") > layer_of("casspec_ref.dsia.act_quant")
-    assert layer_of("casspec_ref.kernels") < layer_of("casspec_ref.accel.kernel_table")
+    assert layer_of("casspec_ref.base.kernels") < layer_of("casspec_ref.accel.kernel_table")
     assert layer_of("casspec_ref.io.presets") > layer_of("casspec_ref.accel.int8")
     assert layer_of("casspec_ref.proof.harness") > layer_of("casspec_ref.accel")
     assert layer_of("casspec_ref.tools.demo") > layer_of("casspec_ref.io.presets")

@@ -9,10 +9,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from casspec_ref.base.kernels import exact_linear
+from casspec_ref.base.random_weights import random_init_
 from casspec_ref.config import ModelConfig, tiny_gpt2, tiny_llama
 from casspec_ref.io.weights import to_hf_llama_state_dict
 from casspec_ref.kv_cache import KVCache
-from casspec_ref.model import Transformer, exact_linear, random_init_
+from casspec_ref.model import Transformer
 from casspec_ref.plan import ExecutionPlan
 
 FAMILIES = {"llama": tiny_llama, "gpt2": tiny_gpt2}

@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 import torch
 
+from casspec_ref.base.random_weights import random_init_
 from casspec_ref.config import tiny_llama
 from casspec_ref.kv_cache import KVCache
-from casspec_ref.model import Transformer, random_init_
+from casspec_ref.model import Transformer
 from casspec_ref.plan import ExecutionPlan
 from casspec_ref.speculative import StepTrace, generate_speculative
 from casspec_ref.tools.trace import TreePrinter, node_status

@@ -16,6 +16,7 @@ import pytest
 import torch
 from hostile_support import gguf_tensors
 
+from casspec_ref.base.random_weights import random_init_
 from casspec_ref.config import ModelConfig, tiny_gpt2, tiny_llama
 from casspec_ref.io import weights
 from casspec_ref.io.safetensors_io import load_safetensors, save_safetensors
@@ -30,7 +31,7 @@ from casspec_ref.io.weights import (
     permute_qk_for_gguf,
     unpermute_qk_from_gguf,
 )
-from casspec_ref.model import Transformer, random_init_
+from casspec_ref.model import Transformer
 
 Q = gguf.GGMLQuantizationType
 TOKENS = torch.tensor([[3, 17, 5, 9, 30, 1, 22, 8]])  # (1, 8)

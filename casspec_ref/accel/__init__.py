@@ -1,8 +1,8 @@
 """Faster implementations of what the core computes, chosen per machine.
 
 Nothing here changes what CAS-Spec computes; a student can read the method without it.
-- `kernel_table`: measures which exact form of each matmul (`casspec_ref.kernels.Form`) runs
-  fastest on this machine, caches the choice per machine and installs it at model load;
+- `kernel_table`: measures which exact form of each matmul (`casspec_ref.base.kernels.Form`)
+  runs fastest on this machine, caches the choice per machine and installs it at model load;
 - `int8`: real int8 kernels for the W8A8 draft (`Int8Kernel`, `int8_plan`), the fast
   counterpart of the readable fake-quant `casspec_ref.dsia.act_quant.QuantKernel`.
 

@@ -29,8 +29,8 @@ from typing import Any
 import torch
 
 from casspec_ref.base.dsia_checks import check_names
+from casspec_ref.base.kernels import exact_linear
 from casspec_ref.dsia.act_quant import quantize_absmax
-from casspec_ref.kernels import exact_linear
 from casspec_ref.plan import LINEAR_NAMES, ExecutionPlan
 
 BACKENDS = ("auto", "fbgemm", "int_mm")

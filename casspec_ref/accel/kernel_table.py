@@ -1,7 +1,8 @@
 """The per-machine kernel table: measured once per machine, cached, installed at model load.
 
-`casspec_ref.kernels` defines the exact forms of a matmul and the `KernelTable` that picks one
-per (weight shape, dtype, rows). This module decides what goes into that table on this machine.
+`casspec_ref.base.kernels` defines the exact forms of a matmul and the `KernelTable` that picks
+one per (weight shape, dtype, rows). This module decides what goes into that table on this
+machine.
 
 The table is measured, not assumed (`calibrate`): for each weight shape and row count 1..16,
 the base forms are timed in interleaved repeats (so a burst of load on a shared machine hits
@@ -34,7 +35,7 @@ from pathlib import Path
 
 import torch
 
-from casspec_ref.kernels import (
+from casspec_ref.base.kernels import (
     BASE_FORMS,
     MAX_ROWS,
     Form,

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import torch
 
 from casspec_ref.base.dsia_checks import check_names, check_quant_kernel, check_quantize
-from casspec_ref.model import exact_linear
+from casspec_ref.base.kernels import exact_linear
 from casspec_ref.plan import LINEAR_NAMES, ExecutionPlan
 
 
