@@ -1,28 +1,10 @@
 """The speculative decoding loop: draft a tree, verify it in one target forward, commit, repeat.
 
-Scope: docs/method.md §4 ("verify the whole tree in one target forward ... then compact the KV of
-the accepted path") and §5 (the verifier's contract), for every method of `METHODS`: plain AR,
-prompt lookup only, the baseline cascades and CAS-Spec's DyTC (`casspec_ref.schedules`).
-
-One step:
-1. A schedule drafts a `DraftTree` whose root (node 0) is the last committed token, which is not
-   in the KV cache yet. Model drafts run through `DraftRunner` on scratch rows of the target's
-   cache, released before the target forward. Draft sampling draws from `rng` *before* any
-   verification draw of the step, so the tree never depends on the coins that verify it.
-2. ONE target forward over [root + every node] with the tree's attention mask and positions
-   gives one processed target law p per node (`sampling.target_law`).
-3. `verify.verify_tree` (the one verifier) returns the accepted path and the next token.
-4. `cache.commit(base, keep=[0] + accepted)`: the root's row is kept because it was not cached
-   before; the next root is the next token. Invariant (tested): the cache then equals a fresh
-   prefill of the accepted prefix.
-
-Notable choices:
-- The prompt is prefilled in full and the first new token drawn from that forward, exactly as
-  `generate_ar` does, so greedy outputs start from the same logits.
-- MAT (tau) counts committed tokens per target forward, prefill included and bonus token
-  included: plain AR is exactly 1.00.
-- A tree of the root only is exactly a naive decoding step: DyTC returns it when no draft is
-  predicted to pay (docs/method.md §4 "fall back to plain decoding").
+One step (docs/method.md §4-§5): a schedule (`casspec_ref.schedules`) drafts a `DraftTree` whose
+root is the last committed token; ONE target forward over [root + every node], with the tree's
+mask and positions, gives the processed law p of every node; `verify.verify_tree` accepts a path
+and draws the next token; `KVCache.commit` keeps the root and the accepted path, so the cache
+equals a fresh prefill of the accepted prefix. Choices and statistics: docs/design.md.
 """
 
 from __future__ import annotations
@@ -34,59 +16,52 @@ from typing import Any
 
 import torch
 
+from casspec_ref.base.input_checks import (
+    check_choice,
+    check_draft_levels,
+    check_generation_args,
+    check_options,
+)
 from casspec_ref.draft import DraftSampling, StepDrafter
 from casspec_ref.dsia.compose import Hierarchy
 from casspec_ref.dsia.prompt_lookup import PromptLookup, PromptLookupConfig
 from casspec_ref.dsia.recycle import TokenRecycler
 from casspec_ref.dsia.virtual_draft import DraftRunner
 from casspec_ref.dytc import FREE_DRAFTS, DyTCConfig
-from casspec_ref.generate import GenerationResult, check_generation_args, generate_ar
+from casspec_ref.generate import GenerationResult, generate_ar
 from casspec_ref.kv_cache import KVCache
 from casspec_ref.plan import ExecutionPlan
-from casspec_ref.sampling import RandomSource, target_law
-from casspec_ref.schedules import Schedule, ScheduleOptions, ScheduleSpec, make_schedule
+from casspec_ref.sampling import RandomSource, TorchRandomSource, target_law
+from casspec_ref.schedules import SCHEDULES, Schedule, ScheduleSpec
 from casspec_ref.tree import DraftTree
 from casspec_ref.verify import VerifyResult, verify_tree
 
-#: Every decoding method the loop (and the CLI's --method) knows.
-METHODS = (
-    "ar",
-    "pld",
-    "chain",
-    "vc",
-    "hc",
-    "vchc",
-    "swift-tree",
-    "static-tree",
-    "recycle",
-    "cas-spec",
-)
+#: Every decoding method the loop (and the CLI's --method) knows: plain AR and every registered
+#: schedule (CAS-Spec, and the baselines `casspec_ref.baselines` registers on import).
+METHODS = ("ar", *SCHEDULES)
+
+#: `generate_speculative`'s keyword options.
+OPTIONS = {"dytc", "schedule", "pld", "clock", "policy"}
 
 
 @dataclass(frozen=True)
 class StepTrace:
-    """What `on_step` receives after each speculative step (for a --show-tree trace)."""
+    """What `on_step` receives after each speculative step (for a --show-tree trace): the tree,
+    each node's draft name, the verifier's result, the tokens whose K/V the cache holds after
+    the commit (prompt + committed, root included) and the live cache (read it only)."""
 
     step: int
     tree: DraftTree
     sources: list[str]
     result: VerifyResult
-    #: the tokens whose K/V the cache holds after the commit (prompt + committed, root included)
     prefix: list[int]
-    #: the live cache after the commit (read it, do not modify it)
     cache: KVCache
 
 
 def default_drafts(model: Any) -> tuple[ExecutionPlan, ...]:
-    """The DSIA hierarchy used when `drafts` is None, cheapest level first.
-
-    - A model whose loader attached a preset (``model.preset_drafts``, see
-      `casspec_ref.io.presets`): that hierarchy.
-    - Other models with >= 12 layers: skipping the blocks found cheapest on SmolLM2
-      (docs/smollm2.md).
-    - Small (test) models: an early exit before the last block and the middle block's MLP
-      skipped, which run in any dtype.
-    """
+    """The DSIA hierarchy used when `drafts` is None, cheapest level first: the preset a loader
+    attached (``model.preset_drafts``); else, from 12 layers on, the blocks found cheapest to
+    skip on SmolLM2 (docs/smollm2.md); else an early exit and a skipped middle MLP."""
     preset = getattr(model, "preset_drafts", None)
     if preset:
         return tuple(preset)
@@ -108,30 +83,14 @@ def _resolve_drafts(
         levels = drafts.levels
     else:
         levels = tuple(drafts)
-    for plan in levels:
-        if not isinstance(plan, ExecutionPlan):
-            raise ValueError(
-                "drafts must be a Hierarchy or a sequence of ExecutionPlan, got "
-                f"{type(plan).__name__}"
-            )
-        plan.validate(model.config)
-    names = [plan.name for plan in levels]
-    if len(set(names)) != len(names) or set(names) & set(FREE_DRAFTS):
-        raise ValueError(
-            f"draft levels need unique names other than {FREE_DRAFTS} (statistics are kept per "
-            "name); "
-            f"got {names}"
-        )
-    return tuple(levels)
+    check_draft_levels(levels, ExecutionPlan, model.config, FREE_DRAFTS)
+    return levels
 
 
 @dataclass
 class Decoding:
-    """Everything one speculative generation carries from step to step (visible state).
-
-    `prefill` starts it and `speculative_step` advances it by one draft-verify-commit step;
-    `generate_speculative` is those two calls and a loop.
-    """
+    """Everything one speculative generation carries from step to step: `prefill` starts it,
+    each `speculative_step` advances it by one draft-verify-commit step."""
 
     model: Any
     prompt: list[int]
@@ -144,7 +103,6 @@ class Decoding:
     cache: KVCache
     pld: PromptLookup
     recycler: TokenRecycler | None
-    max_nodes: int
     clock: Callable[[], float]
     on_token: Callable[[int], None] | None = None
     on_step: Callable[[StepTrace], None] | None = None
@@ -187,7 +145,7 @@ def draft_tree(state: Decoding) -> StepDrafter:
     runner = DraftRunner(state.model, cache)
     drafter = StepDrafter(
         state.tokens[-1], state.pld.tokens, runner, state.pld, state.levels, state.sampling,
-        state.rng, max_nodes=min(state.max_nodes, room),
+        state.rng, max_nodes=min(state.schedule.max_nodes, room),
         max_depth=max(0, min(remaining - 1, room - 1)), clock=state.clock,
         recycler=state.recycler,
     )  # fmt: skip
@@ -273,42 +231,33 @@ def start_decoding(
     drafts: Hierarchy | Sequence[ExecutionPlan] | None = None,
     options: dict[str, Any] | None = None,
 ) -> Decoding:
-    """Build the state of one generation: drafts, schedule, cache, prompt lookup, counters.
-
-    The arguments are taken as checked (`generate_speculative` checks them first); ``options``
-    are `generate_speculative`'s keyword options (``dytc``, ``schedule``, ``pld``, ``clock``,
-    ``policy``).
-    """
+    """The state of one generation: drafts, schedule, cache, prompt lookup, counters. Takes the
+    arguments as checked; ``options`` are `generate_speculative`'s keyword options."""
     options = options or {}
-    dytc_config = options.get("dytc", DyTCConfig())
-    if options.get("policy") is not None:
-        dytc_config = options["policy"].config
-    sched_options = options.get("schedule", ScheduleOptions())
-    pld_config = options.get("pld", PromptLookupConfig())
-    if not isinstance(dytc_config, DyTCConfig) or not isinstance(sched_options, ScheduleOptions):
+    policy = options.get("policy")
+    dytc_config = policy.config if policy is not None else options.get("dytc", DyTCConfig())
+    if not isinstance(dytc_config, DyTCConfig):
         raise ValueError("options dytc and schedule must be DyTCConfig and ScheduleOptions")
-    levels = _resolve_drafts(model, drafts) if method not in ("pld", "recycle") else ()
+    kind = SCHEDULES[method]
+    levels = _resolve_drafts(model, drafts) if kind.uses_levels else ()
     names = [p.name for p in levels]
-    spec = ScheduleSpec(
-        names, model.config.n_layers, dytc_config, options.get("policy"), sched_options
-    )
-    schedule = make_schedule(method, spec)
-    max_nodes = dytc_config.max_tree_size if method == "cas-spec" else 64
-    total = len(prompt) + max_new_tokens
+    spec = ScheduleSpec(names, model.config.n_layers, dytc_config, policy, options.get("schedule"))
+    schedule = kind.from_spec(spec)
     param = next(model.parameters())
-    cache = KVCache(model.config, min(model.config.max_seq_len, total + max(max_nodes, 64) + 1),
-                    param.dtype, param.device)  # fmt: skip
+    total = len(prompt) + max_new_tokens + max(schedule.max_nodes, 64) + 1
+    cache = KVCache(model.config, min(model.config.max_seq_len, total), param.dtype, param.device)
     stats: dict[str, Any] = {
         "method": method, "levels": names, "accepted_lengths": [], "steps": 0,
         "target_forwards": 0, "proposed": {}, "accepted": {}, "draft_forwards": 0,
         "tree_sizes": [], "branching_steps": 0,
         "time_draft_s": 0.0, "time_plan_s": 0.0, "time_verify_s": 0.0,
     }  # fmt: skip
-    recycler = TokenRecycler() if method in ("cas-spec", "recycle") else None
+    pld = PromptLookup(prompt, options.get("pld", PromptLookupConfig()))
+    recycler = TokenRecycler() if schedule.uses_recycler else None
+    clock = options.get("clock", time.perf_counter)
     return Decoding(
         model, prompt, max_new_tokens, schedule, {p.name: p for p in levels}, sampling, rng,
-        stops, cache, PromptLookup(prompt, pld_config), recycler, max_nodes,
-        options.get("clock", time.perf_counter), stats=stats,
+        stops, cache, pld, recycler, clock, stats=stats,
     )  # fmt: skip
 
 
@@ -354,15 +303,12 @@ def generate_speculative(
     ``tree_sizes``, ``branching_steps`` and the time split
     ``time_draft_s``/``time_plan_s``/``time_verify_s``/``time_other_s``.
     """
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}: allowed are {', '.join(METHODS)}")
-    allowed = {"dytc", "schedule", "pld", "clock", "policy"}
-    unknown = sorted(set(options) - allowed)
-    if unknown:
-        raise ValueError(f"unknown options {unknown}: allowed are {sorted(allowed)}")
-    prompt, stops, rng = check_generation_args(
-        model, prompt_ids, max_new_tokens, temperature, top_k, top_p, stop_ids, seed, rng
+    check_choice("method", method, METHODS)
+    check_options(options, OPTIONS)
+    prompt, stops = check_generation_args(
+        model.config, prompt_ids, max_new_tokens, temperature, top_k, top_p, stop_ids, seed, rng
     )
+    rng = rng if rng is not None else TorchRandomSource(seed=seed)
     sampling = DraftSampling(temperature, top_k, top_p)
     if method == "ar":
         return _plain(model, prompt, max_new_tokens, sampling, rng, stops, on_token)
