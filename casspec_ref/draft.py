@@ -23,6 +23,9 @@ from casspec_ref.plan import ExecutionPlan
 from casspec_ref.sampling import RandomSource, target_law
 from casspec_ref.tree import ChildRule, DraftTree
 
+#: What a growth step added: (node, its parent, the draft's confidence in its token or None).
+Grown = list[tuple[int, int, float | None]]
+
 
 @dataclass(frozen=True)
 class DraftSampling:
@@ -104,8 +107,14 @@ class StepDrafter:
         self.calls[name] = self.calls.get(name, 0) + calls
 
     def add_node(
-        self, parent: int, token: int, rule: ChildRule, q: np.ndarray | None, info: NodeInfo
+        self,
+        parent: int,
+        token: int,
+        info: NodeInfo,
+        rule: ChildRule = ChildRule.DETERMINISTIC,
+        q: np.ndarray | None = None,
     ) -> int:
+        """Add one child of `parent` (its rule and law q as `DraftTree.add_child` takes them)."""
         node = self.tree.add_child(parent, token, rule, q)
         self.info.append(info)
         return node
@@ -162,7 +171,7 @@ class StepDrafter:
             law = q
         added = []
         for rank, token in enumerate(tokens):
-            child = self.add_node(node, token, rule, law, NodeInfo(level, rank == 0))
+            child = self.add_node(node, token, NodeInfo(level, rank == 0), rule, law)
             added.append((child, float(confidence[token])))
         return added
 
@@ -198,7 +207,7 @@ class StepDrafter:
         for token in tokens:
             if self.room(node) < 1:
                 break
-            node = self.add_node(node, token, ChildRule.DETERMINISTIC, None, NodeInfo(source, True))
+            node = self.add_node(node, token, NodeInfo(source, True))
             added.append(node)
         return added
 
@@ -224,57 +233,45 @@ class StepDrafter:
         probs = torch.from_numpy(confidence)  # (V,)
         return torch.topk(probs, min(width, probs.shape[-1])).values.tolist()
 
-    def expand(
-        self, node: int, draft: str, k: int, width: int
-    ) -> list[tuple[int, int, float | None]]:
+    def expand(self, node: int, draft: str, k: int, width: int) -> Grown:
         """DyTC's one growth primitive: `width` children of `node` from `draft`, the first
         continuing as a chain of up to `k` tokens (see `casspec_ref.dytc.TreeDrafter`)."""
         if draft == PLD:
             tokens = self._lookups.get(node) or self.lookup(node, k)
             nodes = self.add_chain(node, tokens[:k], PLD)
-            parents = [node, *nodes][: len(nodes)]  # each added node hangs below the one before
-            return [(child, parent, None) for child, parent in zip(nodes, parents, strict=True)]
+            return [(child, self.tree.parent(child), None) for child in nodes]
         if draft == RECYCLE:
             return self._expand_recycled(node, k, width)
         first = self.propose_children(draft, node, width)
         if not first:
             return []
-        added: list[tuple[int, int, float | None]] = [(first[0][0], node, first[0][1])]
+        chain: Grown = [(first[0][0], node, first[0][1])]
         for _ in range(k - 1):
-            parent = added[-1][0]
+            parent = chain[-1][0]
             children = self.propose_children(draft, parent, 1)
             if not children:
                 break
-            added.append((children[0][0], parent, children[0][1]))
-        added.extend((child, node, conf) for child, conf in first[1:])
-        return added
+            chain.append((children[0][0], parent, children[0][1]))
+        return chain + [(child, node, conf) for child, conf in first[1:]]
 
-    def _expand_recycled(
-        self, node: int, k: int, width: int
-    ) -> list[tuple[int, int, float | None]]:
-        """Recycled tokens below `node`: the table's top-`width` successors as children, the
-        first continued by walking the table (all `DETERMINISTIC`: no coin was involved)."""
+    def _expand_recycled(self, node: int, k: int, width: int) -> Grown:
+        """The table's top-`width` successors of `node` as children, the first continued by
+        walking the table (all `DETERMINISTIC`: no coin was involved)."""
         if self.recycler is None:
             return []
         start = self.clock()
         first = self.recycler.alternatives(self.tree.token(node), width)
-        chain = self.recycler.chain(first[0][0], k - 1) if first else []
+        walk = self.recycler.chain(first[0][0], k - 1) if first else []
         self.charge(RECYCLE, start)
-        added: list[tuple[int, int, float | None]] = []
-        siblings: list[tuple[int, int, float | None]] = []
+        grown: Grown = []
         for rank, (token, prob) in enumerate(first):
             if self.room(node) < 1:
                 break
-            child = self.add_node(
-                node, token, ChildRule.DETERMINISTIC, None, NodeInfo(RECYCLE, rank == 0)
-            )
-            (added if rank == 0 else siblings).append((child, node, prob))
-        for token, prob in chain if added else []:
-            parent = added[-1][0]
+            grown.append((self.add_node(node, token, NodeInfo(RECYCLE, rank == 0)), node, prob))
+        chain, siblings = grown[:1], grown[1:]
+        for token, prob in walk if chain else []:
+            parent = chain[-1][0]
             if self.room(parent) < 1:
                 break
-            child = self.add_node(
-                parent, token, ChildRule.DETERMINISTIC, None, NodeInfo(RECYCLE, True)
-            )
-            added.append((child, parent, prob))
-        return added + siblings
+            chain.append((self.add_node(parent, token, NodeInfo(RECYCLE, True)), parent, prob))
+        return chain + siblings

@@ -16,12 +16,7 @@ from typing import Any
 
 import torch
 
-from casspec_ref.base.input_checks import (
-    check_choice,
-    check_draft_levels,
-    check_generation_args,
-    check_options,
-)
+from casspec_ref.base import input_checks as checks
 from casspec_ref.draft import DraftSampling, StepDrafter
 from casspec_ref.dsia.compose import Hierarchy
 from casspec_ref.dsia.prompt_lookup import PromptLookup, PromptLookupConfig
@@ -36,11 +31,8 @@ from casspec_ref.schedules import SCHEDULES, Schedule, ScheduleSpec
 from casspec_ref.tree import DraftTree
 from casspec_ref.verify import VerifyResult, verify_tree
 
-#: Every decoding method the loop (and the CLI's --method) knows: plain AR and every registered
-#: schedule (CAS-Spec, and the baselines `casspec_ref.baselines` registers on import).
+#: Every method the loop (and the CLI's --method) knows: plain AR and the registered schedules.
 METHODS = ("ar", *SCHEDULES)
-
-#: `generate_speculative`'s keyword options.
 OPTIONS = {"dytc", "schedule", "pld", "clock", "policy"}
 
 
@@ -83,14 +75,14 @@ def _resolve_drafts(
         levels = drafts.levels
     else:
         levels = tuple(drafts)
-    check_draft_levels(levels, ExecutionPlan, model.config, FREE_DRAFTS)
+    checks.check_draft_levels(levels, ExecutionPlan, model.config, FREE_DRAFTS)
     return levels
 
 
 @dataclass
 class Decoding:
-    """Everything one speculative generation carries from step to step: `prefill` starts it,
-    each `speculative_step` advances it by one draft-verify-commit step."""
+    """What one speculative generation carries from step to step: `prefill` starts it, each
+    `speculative_step` advances it by one draft-verify-commit step."""
 
     model: Any
     prompt: list[int]
@@ -191,12 +183,20 @@ def speculative_step(state: Decoding) -> VerifyResult:
     drafter = draft_tree(state)
     result, seconds = verify_step(state, drafter)
     state.schedule.observe(drafter, result.accepted, seconds, base)
-    _count(state.stats, drafter, result)
+    tree, stats = drafter.tree, state.stats
+    stats["steps"] += 1
+    stats["accepted_lengths"].append(len(result.accepted))
+    stats["tree_sizes"].append(len(tree))
+    stats["branching_steps"] += int(any(len(tree.children(n)) > 1 for n in range(len(tree))))
+    for info in drafter.info[1:]:
+        stats["proposed"][info.source] = stats["proposed"].get(info.source, 0) + 1
+    for node in result.accepted:
+        source = drafter.info[node].source
+        stats["accepted"][source] = stats["accepted"].get(source, 0) + 1
     if state.on_step is not None:
         sources = [info.source for info in drafter.info]
         prefix = state.prompt + state.tokens + result.accepted_tokens
-        trace = StepTrace(state.stats["steps"], drafter.tree, sources, result, prefix, state.cache)
-        state.on_step(trace)
+        state.on_step(StepTrace(stats["steps"], tree, sources, result, prefix, state.cache))
     for token in result.emitted:
         state.emit(token)
         if state.done:
@@ -204,20 +204,6 @@ def speculative_step(state: Decoding) -> VerifyResult:
     if result.stopped:
         state.done = state.stopped = True
     return result
-
-
-def _count(stats: dict[str, Any], drafter: StepDrafter, result: VerifyResult) -> None:
-    stats["steps"] += 1
-    stats["accepted_lengths"].append(len(result.accepted))
-    stats["tree_sizes"].append(len(drafter.tree))
-    branching = any(len(drafter.tree.children(n)) > 1 for n in range(len(drafter.tree)))
-    stats["branching_steps"] += int(branching)
-    for node in range(1, len(drafter.tree)):
-        source = drafter.info[node].source
-        stats["proposed"][source] = stats["proposed"].get(source, 0) + 1
-    for node in result.accepted:
-        source = drafter.info[node].source
-        stats["accepted"][source] = stats["accepted"].get(source, 0) + 1
 
 
 def start_decoding(
@@ -297,21 +283,21 @@ def generate_speculative(
             depend on measured costs), `policy=` a `DyTCPolicy` to carry DyTC's estimates
             across calls (updated in place; by default each call starts afresh).
 
-    Returns a `GenerationResult` whose ``stats`` hold ``mat`` (bonus included, prefill counted
-    as one forward), ``accepted_lengths`` (drafted tokens accepted per step), ``steps``,
-    ``target_forwards``, per-level ``proposed``/``accepted``, ``draft_forwards``,
-    ``tree_sizes``, ``branching_steps`` and the time split
-    ``time_draft_s``/``time_plan_s``/``time_verify_s``/``time_other_s``.
+    Returns a `GenerationResult` whose ``stats`` are listed in docs/design.md (`speculative.py`).
     """
-    check_choice("method", method, METHODS)
-    check_options(options, OPTIONS)
-    prompt, stops = check_generation_args(
+    checks.check_choice("method", method, METHODS)
+    checks.check_options(options, OPTIONS)
+    prompt, stops = checks.check_generation_args(
         model.config, prompt_ids, max_new_tokens, temperature, top_k, top_p, stop_ids, seed, rng
     )
     rng = rng if rng is not None else TorchRandomSource(seed=seed)
+    if method == "ar":  # the naive loop itself, with the step statistics of a speculative run
+        ar = generate_ar(model, prompt, max_new_tokens, temperature=temperature, top_k=top_k,
+                         top_p=top_p, rng=rng, stop_ids=stops, on_token=on_token)  # fmt: skip
+        steps = max(0, len(ar.tokens) - 1)
+        ar.stats.update(accepted_lengths=[0] * steps, steps=steps)
+        return ar
     sampling = DraftSampling(temperature, top_k, top_p)
-    if method == "ar":
-        return _plain(model, prompt, max_new_tokens, sampling, rng, stops, on_token)
     state = start_decoding(
         model, prompt, max_new_tokens, method, sampling, rng, stops, drafts, options
     )
@@ -322,30 +308,7 @@ def generate_speculative(
             prefill(state)
             while not state.done:
                 speculative_step(state)
-    return _result(state, state.clock() - t_start)
-
-
-def _plain(
-    model: Any,
-    prompt: list[int],
-    max_new_tokens: int,
-    s: DraftSampling,
-    rng: RandomSource,
-    stops: frozenset[int],
-    on_token: Callable[[int], None] | None,
-) -> GenerationResult:
-    """Method "ar": the naive loop itself, with the step statistics of a speculative run."""
-    ar = generate_ar(model, prompt, max_new_tokens, temperature=s.temperature, top_k=s.top_k,
-                     top_p=s.top_p, rng=rng, stop_ids=stops, on_token=on_token)  # fmt: skip
-    n = len(ar.tokens)
-    ar.stats.setdefault("accepted_lengths", [0] * max(0, n - 1))
-    ar.stats.setdefault("steps", max(0, n - 1))
-    return ar
-
-
-def _result(state: Decoding, elapsed: float) -> GenerationResult:
-    """The `GenerationResult` of a finished speculative generation."""
-    stats, n = state.stats, len(state.tokens)
+    elapsed, stats, n = state.clock() - t_start, state.stats, len(state.tokens)
     stats["mat"] = n / max(1, stats["target_forwards"]) if n else 0.0
     stats["time_other_s"] = max(0.0, elapsed - stats["time_draft_s"] - stats["time_verify_s"])
     timing = {"total_s": elapsed, "tokens_per_s": n / elapsed if elapsed > 0 else 0.0}

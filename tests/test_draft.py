@@ -182,7 +182,7 @@ def test_add_records_the_node_and_its_info() -> None:
     drafter = _drafter()
     info = NodeInfo("skip", False)
     q = np.full(VOCAB, 1 / VOCAB)
-    node = drafter.add_node(0, 7, ChildRule.INDEPENDENT, q, info)
+    node = drafter.add_node(0, 7, info, ChildRule.INDEPENDENT, q)
     assert node == 1 and drafter.tree.token(1) == 7 and drafter.tree.parent(1) == 0
     assert drafter.tree.child_rule(0) is ChildRule.INDEPENDENT
     np.testing.assert_array_equal(drafter.tree.draft_probs(1), q)

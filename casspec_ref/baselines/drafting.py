@@ -9,7 +9,6 @@ from collections.abc import Sequence
 from casspec_ref.draft import NodeInfo, StepDrafter
 from casspec_ref.dytc import PLD
 from casspec_ref.sampling import target_law
-from casspec_ref.tree import ChildRule
 
 
 def draft_chain(drafter: StepDrafter, level: str, node: int, k: int, siblings: int = 1) -> int:
@@ -43,7 +42,7 @@ def review(drafter: StepDrafter, level: str, node: int, proposal: Sequence[int])
         # The reviewer's choice: argmax of its processed law (ties to the lowest id).
         choice = int(target_law(row, 0.0).argmax()) if not greedy else int(row.argmax())
         info = NodeInfo(PLD if choice == token else level, True)
-        node = drafter.add_node(node, choice, ChildRule.DETERMINISTIC, None, info)
+        node = drafter.add_node(node, choice, info)
         if choice != token:
             return node
     return node
