@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -49,40 +49,32 @@ class NodeInfo:
     primary: bool
 
 
+@dataclass(eq=False)
 class StepDrafter:
     """The tree under construction in one step, and the primitives that grow it: the
     `casspec_ref.dytc.TreeDrafter` DyTC grows trees through, and the pieces the baselines use."""
 
-    def __init__(
-        self,
-        root_token: int,
-        context: Sequence[int],
-        runner: DraftRunner | None,
-        pld: PromptLookup,
-        levels: dict[str, ExecutionPlan],
-        sampling: DraftSampling,
-        rng: RandomSource,
-        max_nodes: int,
-        max_depth: int,
-        clock: Callable[[], float] = time.perf_counter,
-        recycler: TokenRecycler | None = None,
-    ) -> None:
-        self.tree = DraftTree(root_token)
+    root_token: int
+    context: Sequence[int]  # prompt + committed tokens; its last token is the root
+    runner: DraftRunner | None
+    pld: PromptLookup
+    levels: dict[str, ExecutionPlan]
+    sampling: DraftSampling
+    rng: RandomSource
+    max_nodes: int
+    max_depth: int
+    clock: Callable[[], float] = time.perf_counter  # injectable: DyTC's decisions read it
+    recycler: TokenRecycler | None = None
+    spent: dict[str, float] = field(default_factory=dict, init=False)  # seconds per draft
+    calls: dict[str, int] = field(default_factory=dict, init=False)  # calls per draft
+    _lookups: dict[int, list[int]] = field(default_factory=dict, init=False)
+    _laws: dict[tuple[str, int], tuple[np.ndarray | None, np.ndarray]] = field(
+        default_factory=dict, init=False
+    )
+
+    def __post_init__(self) -> None:
+        self.tree = DraftTree(self.root_token)
         self.info: list[NodeInfo] = [NodeInfo("root", True)]
-        self.context = context  # prompt + committed tokens; its last token is the root
-        self.runner = runner
-        self.pld = pld
-        self.recycler = recycler
-        self.levels = levels
-        self.sampling = sampling
-        self.rng = rng
-        self.max_nodes = max_nodes
-        self.max_depth = max_depth
-        self.clock = clock  # injectable, so that DyTC's decisions can be made deterministic
-        self.spent: dict[str, float] = {}
-        self.calls: dict[str, int] = {}  # seconds and calls spent per draft name
-        self._lookups: dict[int, list[int]] = {}
-        self._laws: dict[tuple[str, int], tuple[np.ndarray | None, np.ndarray]] = {}
 
     def size(self) -> int:
         return len(self.tree)

@@ -1,9 +1,8 @@
-"""Draft schedules: how one speculative step drafts its token tree.
+"""Draft schedules: how one speculative step drafts its token tree (docs/method.md §3-§4).
 
-A schedule only *builds* a `DraftTree` through the step's `casspec_ref.draft.StepDrafter`; the
-loop (`casspec_ref.speculative`) verifies it with the one verifier, so every schedule is lossless
-by the same argument. CAS-Spec's `DyTC` lives here; the paper's baselines (`casspec_ref.baselines`)
-register themselves in `SCHEDULES` (docs/method.md §3-§4).
+A schedule only *builds* a `DraftTree` through the step's `StepDrafter`; the loop verifies it with
+the one verifier, so every schedule is lossless by the same argument. CAS-Spec's `DyTC` lives
+here; the paper's baselines (`casspec_ref.baselines`) register themselves in `SCHEDULES`.
 """
 
 from __future__ import annotations
@@ -12,14 +11,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from casspec_ref.base.input_checks import check_policy_knows
 from casspec_ref.draft import StepDrafter
 from casspec_ref.dytc import PLD, RECYCLE, DyTCConfig, DyTCPolicy, max_cascade_depth
 
 
 @dataclass
 class ScheduleSpec:
-    """What a schedule is built from: the hierarchy's level names (cheapest first), the model's
-    depth, DyTC's config or caller-owned policy, and the baselines' options (passed through)."""
+    """What a schedule is built from (the baselines' ``options`` are passed through untyped)."""
 
     levels: list[str]
     n_layers: int
@@ -32,9 +31,9 @@ class Schedule:
     """A tree-drafting schedule. `build` drafts one step's tree; `observe` learns from it."""
 
     name = "schedule"
-    uses_levels = True  # the step gets the model draft levels
-    uses_recycler = False  # the step keeps a table of recycled tokens
-    max_nodes = 64  # the largest tree a step may draft
+    uses_levels = True  # its steps get the model draft levels
+    uses_recycler = False  # its steps keep a table of recycled tokens
+    max_nodes = 64  # the largest tree one step may draft
 
     @classmethod
     def from_spec(cls, spec: ScheduleSpec) -> Schedule:
@@ -50,10 +49,8 @@ class Schedule:
 
 
 class DyTC(Schedule):
-    """CAS-Spec's dynamic tree cascade: every decision is `DyTCPolicy`'s (casspec_ref/dytc.py);
-    this class connects it to one step's `StepDrafter` and reports the verified outcome back.
-    The drafts it chooses from: the model levels allowed at this context length, prompt lookup
-    and recycled tokens."""
+    """CAS-Spec's dynamic tree cascade: every decision is `DyTCPolicy`'s (casspec_ref/dytc.py),
+    among the model levels allowed at this context length, prompt lookup and recycled tokens."""
 
     name = "cas-spec"
     uses_recycler = True
@@ -66,32 +63,18 @@ class DyTC(Schedule):
         policy: DyTCPolicy | None = None,
     ):
         self.level_names = list(levels)
-        if policy is not None:
-            # A caller-owned policy carries its estimates across generations (updated in place).
-            missing = sorted(set(self.level_names) - set(policy.drafts))
-            if missing:
-                raise ValueError(
-                    f"the DyTC policy knows drafts {list(policy.drafts)} but the hierarchy has "
-                    f"levels {missing} it does not know"
-                )
-            self.config = policy.config
-            self.policy = policy
-        else:
-            self.config = config if config is not None else DyTCConfig()
-            self.policy = DyTCPolicy(self.level_names, self.config)
+        if policy is None:
+            policy = DyTCPolicy(self.level_names, config if config is not None else DyTCConfig())
+        # A caller-owned policy carries its estimates across generations (updated in place).
+        check_policy_knows(policy.drafts, self.level_names)
+        self.policy = policy
+        self.config = policy.config
         self.n_layers = n_layers
         self.max_nodes = self.config.max_tree_size
 
     @classmethod
     def from_spec(cls, spec: ScheduleSpec) -> Schedule:
         return cls(spec.levels, spec.n_layers, spec.dytc, spec.policy)
-
-    def _allowed_levels(self, context_len: int) -> list[str]:
-        k = max_cascade_depth(
-            self.n_layers, context_len, n_levels=len(self.level_names), config=self.config
-        )
-        # Keep the k most accurate levels (hierarchies are ordered cheapest first).
-        return self.level_names[len(self.level_names) - k :] if k > 0 else []
 
     def build(self, drafter: StepDrafter) -> None:
         if not self.policy.ready():
@@ -100,7 +83,10 @@ class DyTC(Schedule):
             for size, seconds in drafter.time_target(self.config.calibration_sizes).items():
                 self.policy.verify_cost.observe(size, seconds)
             return
-        drafts = [*self._allowed_levels(len(drafter.context)), PLD]
+        n = len(self.level_names)
+        k = max_cascade_depth(self.n_layers, len(drafter.context), n_levels=n, config=self.config)
+        # The k most accurate levels are allowed (hierarchies are ordered cheapest first).
+        drafts = [*self.level_names[n - k :], PLD] if k > 0 else [PLD]
         if drafter.recycler is not None:
             drafts.append(RECYCLE)
         self.policy.grow(drafter, drafts)
@@ -120,8 +106,7 @@ class DyTC(Schedule):
         self.policy.observe_step(tested, len(drafter.tree), verify_seconds, timings)
 
 
-#: Method name -> schedule class: DyTC here, the baselines when `casspec_ref.baselines` is
-#: imported (the package's `__init__` does it).
+#: Method name -> schedule class: DyTC, and the baselines `casspec_ref/__init__.py` registers.
 SCHEDULES: dict[str, type[Schedule]] = {DyTC.name: DyTC}
 
 

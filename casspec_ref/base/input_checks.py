@@ -186,3 +186,13 @@ def check_draft_levels(
             "name); "
             f"got {names}"
         )
+
+
+def check_policy_knows(policy_drafts: Sequence[str], levels: Sequence[str]) -> None:
+    """A DyTC policy handed in must know every level of the hierarchy."""
+    missing = sorted(set(levels) - set(policy_drafts))
+    if missing:
+        raise ValueError(
+            f"the DyTC policy knows drafts {list(policy_drafts)} but the hierarchy has "
+            f"levels {missing} it does not know"
+        )
