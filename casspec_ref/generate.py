@@ -1,8 +1,7 @@
 """The naive loop: plain autoregressive decoding, one token per target forward through the KV
 cache. It is the baseline every speedup is measured against, and the correctness oracle: a
-lossless speculative method emits exactly its tokens under greedy decoding, and the same law when
-sampling (docs/method.md §1). Why it is a fair baseline: docs/design.md (`generate.py`).
-"""
+lossless method emits exactly its tokens when greedy, the same law when sampling (docs/method.md
+§1). Why it is a fair baseline: docs/design.md (`generate.py`)."""
 
 from __future__ import annotations
 
@@ -22,16 +21,13 @@ from casspec_ref.sampling import RandomSource, TorchRandomSource, target_law
 
 @dataclass
 class GenerationResult:
-    """What a generation loop returns: the generated ``tokens`` (prompt excluded, a stop token
-    included), the ``prompt_ids``, whether it ``stopped`` on a stop token, ``timing`` (seconds,
-    ``tokens_per_s`` over the total, prefill included) and ``stats`` (``target_forwards``,
-    ``mat`` = tokens per target forward, bonus included, ``method``, ...)."""
+    """What a generation loop returns."""
 
-    tokens: list[int]
+    tokens: list[int]  # the generated ids (prompt excluded, a stop token included)
     prompt_ids: list[int]
-    stopped: bool
-    timing: dict[str, float] = field(default_factory=dict)
-    stats: dict[str, Any] = field(default_factory=dict)
+    stopped: bool  # True when it ended on a stop token, False at max_new_tokens
+    timing: dict[str, float] = field(default_factory=dict)  # seconds; tokens_per_s over total_s
+    stats: dict[str, Any] = field(default_factory=dict)  # target_forwards, mat, method, ...
 
 
 def generate_ar(

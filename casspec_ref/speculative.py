@@ -277,13 +277,11 @@ def generate_speculative(
         on_token: called with each emitted token, in order.
         drafts: the DSIA hierarchy, cheapest level first (default: `default_drafts(model)`).
         on_step: called with a `StepTrace` after every step.
-        options: `dytc=DyTCConfig(...)`, `schedule=ScheduleOptions(...)`,
-            `pld=PromptLookupConfig(...)`, `clock=` a seconds counter (default
-            `time.perf_counter`; tests inject a deterministic one, because DyTC's decisions
-            depend on measured costs), `policy=` a `DyTCPolicy` to carry DyTC's estimates
-            across calls (updated in place; by default each call starts afresh).
-
-    Returns a `GenerationResult` whose ``stats`` are listed in docs/design.md (`speculative.py`).
+        options: `dytc=DyTCConfig(...)`, `schedule=ScheduleOptions(...)` (the baselines'),
+            `pld=PromptLookupConfig(...)`, `clock=` a seconds counter (tests inject a
+            deterministic one), `policy=` a `DyTCPolicy` carried across calls (updated in place).
+    Returns:
+        A `GenerationResult`; its ``stats`` are listed in docs/design.md (`speculative.py`).
     """
     checks.check_choice("method", method, METHODS)
     checks.check_options(options, OPTIONS)
