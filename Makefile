@@ -74,8 +74,8 @@ thorough: setup
 # names them casspec_ref.draft.xǁStepDrafterǁMETHOD__mutmut_N; the baselines' drafting
 # functions casspec_ref.baselines.drafting.x_FUNCTION__mutmut_N), and runs the fast tests
 # covering each mutated function ([tool.mutmut] in pyproject.toml). CPU-heavy: one thread per
-# process, two workers. `mutmut results` lists the survivors; `mutmut show NAME` shows one. Scores and
-# survivors: docs/testing.md.
+# process, two workers. `mutmut results` lists the survivors; `mutmut show NAME` shows one.
+# Scores and survivors: docs/testing.md.
 MUTATION_WORKERS ?= 2
 MUTATION_NAMES ?= "casspec_ref.verify*" "casspec_ref.sampling*" "casspec_ref.tree*" \
 	"casspec_ref.base.input_checks.x_validate_sampling*" \
