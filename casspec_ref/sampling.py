@@ -1,21 +1,18 @@
 """Sampling: logits -> the processed target law p, and the random sources algorithms draw from.
 
-Losslessness is stated against the *processed* law p, the law plain sampling really draws from
-after temperature, top-k and top-p (docs/method.md §1, §5). This module is the one place those
-transforms live, so the speculative paths and the naive loop cannot disagree about them; the
-tie rules and choices are in docs/design.md (`sampling.py`).
-"""
+Losslessness is stated against the *processed* law p, the law plain sampling draws from after
+temperature, top-k and top-p (docs/method.md §1, §5). This is the one place those transforms
+live, so no two paths can disagree about them. Tie rules: docs/design.md (`sampling.py`)."""
 
 from __future__ import annotations
 
-import math
 from fractions import Fraction
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 import torch
 
-from casspec_ref.base.input_checks import check_law, check_logits
+from casspec_ref.base.input_checks import check_law, check_logits, check_probability
 
 
 def target_law(
@@ -24,15 +21,13 @@ def target_law(
     """The processed law p over the last axis of ``logits`` (float64, same leading shape):
     temperature, then top-k, then top-p. ``logits`` may hold ``-inf``, not NaN or ``+inf``."""
     x = check_logits(logits, temperature, top_k, top_p)
-    vocab = x.shape[-1]
-
     if temperature == 0:
         # torch.argmax returns the first maximal index: ties go to the lowest token id.
         best = x.argmax(dim=-1, keepdim=True)  # (..., 1)
         return torch.zeros_like(x).scatter_(-1, best, 1.0)  # (..., V)
 
     x = x / temperature
-    if 0 < top_k < vocab:
+    if 0 < top_k < x.shape[-1]:
         # A stable descending sort keeps lower ids first among equal logits.
         order = torch.sort(x, dim=-1, descending=True, stable=True).indices  # (..., V)
         drop = order[..., top_k:]  # (..., V - k)
@@ -76,9 +71,7 @@ class TorchRandomSource:
         return float(torch.rand((), generator=self.generator, dtype=torch.float64))
 
     def bernoulli(self, prob: float | Fraction) -> bool:
-        p = float(prob)
-        if math.isnan(p) or p < 0.0 or p > 1.0:
-            raise ValueError(f"bernoulli probability must be in [0, 1], got {prob}")
+        p = check_probability(prob)
         if p == 0.0:
             return False
         if p == 1.0:

@@ -66,19 +66,6 @@ def default_drafts(model: Any) -> tuple[ExecutionPlan, ...]:
     return (early, skip)
 
 
-def _resolve_drafts(
-    model: Any, drafts: Hierarchy | Sequence[ExecutionPlan] | None
-) -> tuple[ExecutionPlan, ...]:
-    if drafts is None:
-        levels = default_drafts(model)
-    elif isinstance(drafts, Hierarchy):
-        levels = drafts.levels
-    else:
-        levels = tuple(drafts)
-    checks.check_draft_levels(levels, ExecutionPlan, model.config, FREE_DRAFTS)
-    return levels
-
-
 @dataclass
 class Decoding:
     """What one speculative generation carries from step to step: `prefill` starts it, each
@@ -225,7 +212,13 @@ def start_decoding(
     if not isinstance(dytc_config, DyTCConfig):
         raise ValueError("options dytc and schedule must be DyTCConfig and ScheduleOptions")
     kind = SCHEDULES[method]
-    levels = _resolve_drafts(model, drafts) if kind.uses_levels else ()
+    if not kind.uses_levels:
+        levels: tuple[ExecutionPlan, ...] = ()
+    elif drafts is None:
+        levels = default_drafts(model)
+    else:
+        levels = drafts.levels if isinstance(drafts, Hierarchy) else tuple(drafts)
+    checks.check_draft_levels(levels, ExecutionPlan, model.config, FREE_DRAFTS)
     names = [p.name for p in levels]
     spec = ScheduleSpec(names, model.config.n_layers, dytc_config, policy, options.get("schedule"))
     schedule = kind.from_spec(spec)

@@ -61,6 +61,14 @@ def check_law(probs: object) -> np.ndarray:
     return weights
 
 
+def check_probability(prob: object) -> float:
+    """A probability in [0, 1] (a float or `Fraction`), as a float."""
+    p = float(prob)  # type: ignore[arg-type]
+    if math.isnan(p) or p < 0.0 or p > 1.0:
+        raise ValueError(f"bernoulli probability must be in [0, 1], got {prob}")
+    return p
+
+
 def is_token_id(value: object, vocab_size: int) -> bool:
     if isinstance(value, bool | float):
         return False
