@@ -117,8 +117,7 @@ class StepDrafter:
             raise ValueError("this step has no draft runner (no model draft levels)")
         start, forwards = self.clock(), self.runner.forwards
         rows = self.runner.logits(self.levels[level], self.path_tokens(node))  # (len(path), V)
-        # A call answered from the runner's stored logits is not a forward: it must not halve
-        # the per-forward cost DyTC learns.
+        # An answer from the runner's stored logits is no forward (DyTC learns per forward).
         self.charge(level, start, calls=self.runner.forwards - forwards)
         return rows[-1]  # (V,)
 
@@ -152,9 +151,8 @@ class StepDrafter:
             tokens = torch.topk(logits, count).indices.tolist()
             rule, law = ChildRule.DETERMINISTIC, None
         else:
-            support = int(np.count_nonzero(q))
             tokens, rest = [], q.copy()
-            for _ in range(min(count, support)):
+            for _ in range(min(count, int(np.count_nonzero(q)))):
                 # Without replacement: each draw from q conditioned on the earlier draws.
                 token = int(self.rng.categorical(rest / rest.sum()))
                 tokens.append(token)
