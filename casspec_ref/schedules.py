@@ -42,9 +42,7 @@ class Schedule:
     def build(self, drafter: StepDrafter) -> None:
         raise NotImplementedError
 
-    def observe(
-        self, drafter: StepDrafter, accepted: Sequence[int], verify_seconds: float, prefix_len: int
-    ) -> None:
+    def observe(self, drafter: StepDrafter, accepted: Sequence[int], verify_seconds: float) -> None:
         """Default: nothing to learn."""
 
 
@@ -91,9 +89,7 @@ class DyTC(Schedule):
             drafts.append(RECYCLE)
         self.policy.grow(drafter, drafts)
 
-    def observe(
-        self, drafter: StepDrafter, accepted: Sequence[int], verify_seconds: float, prefix_len: int
-    ) -> None:
+    def observe(self, drafter: StepDrafter, accepted: Sequence[int], verify_seconds: float) -> None:
         on_path = {0, *accepted}
         tested = [
             (info.source, node in on_path)

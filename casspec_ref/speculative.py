@@ -166,10 +166,9 @@ def verify_step(state: Decoding, drafter: StepDrafter) -> tuple[VerifyResult, fl
 
 def speculative_step(state: Decoding) -> VerifyResult:
     """One step: draft a tree, verify it in one forward, commit, let the schedule learn."""
-    base = state.cache.length
     drafter = draft_tree(state)
     result, seconds = verify_step(state, drafter)
-    state.schedule.observe(drafter, result.accepted, seconds, base)
+    state.schedule.observe(drafter, result.accepted, seconds)
     tree, stats = drafter.tree, state.stats
     stats["steps"] += 1
     stats["accepted_lengths"].append(len(result.accepted))
