@@ -10,6 +10,7 @@ equals a fresh prefill of the accepted prefix. Choices and statistics: docs/desi
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -174,11 +175,8 @@ def speculative_step(state: Decoding) -> VerifyResult:
     stats["accepted_lengths"].append(len(result.accepted))
     stats["tree_sizes"].append(len(tree))
     stats["branching_steps"] += int(any(len(tree.children(n)) > 1 for n in range(len(tree))))
-    for info in drafter.info[1:]:
-        stats["proposed"][info.source] = stats["proposed"].get(info.source, 0) + 1
-    for node in result.accepted:
-        source = drafter.info[node].source
-        stats["accepted"][source] = stats["accepted"].get(source, 0) + 1
+    stats["proposed"].update(info.source for info in drafter.info[1:])
+    stats["accepted"].update(drafter.info[node].source for node in result.accepted)
     if state.on_step is not None:
         sources = [info.source for info in drafter.info]
         prefix = state.prompt + state.tokens + result.accepted_tokens
@@ -226,7 +224,7 @@ def start_decoding(
     cache = KVCache(model.config, min(model.config.max_seq_len, total), param.dtype, param.device)
     stats: dict[str, Any] = {
         "method": method, "levels": names, "accepted_lengths": [], "steps": 0,
-        "target_forwards": 0, "proposed": {}, "accepted": {}, "draft_forwards": 0,
+        "target_forwards": 0, "proposed": Counter(), "accepted": Counter(), "draft_forwards": 0,
         "tree_sizes": [], "branching_steps": 0,
         "time_draft_s": 0.0, "time_plan_s": 0.0, "time_verify_s": 0.0,
     }  # fmt: skip
