@@ -1,5 +1,6 @@
-"""Argument checks of the generation loops: each raises `ValueError` naming the argument, the
-value and what is allowed. The loops call them once per generation, never per token."""
+"""Argument checks of the generation loops and the sampling functions: each raises `ValueError`
+naming the argument, the value and what is allowed. They do the checks the core did, moved here
+unchanged (same messages), so that the core's lines stay on the method."""
 
 from __future__ import annotations
 
