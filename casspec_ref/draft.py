@@ -1,27 +1,16 @@
 """Drafting primitives: one step's token tree under construction, and how drafts add to it.
 
-Scope: docs/method.md §3-§5. A `StepDrafter` is created for every speculative step; the step's
-schedule (`casspec_ref.schedules`: DyTC or a baseline) grows its `DraftTree` through it, and the
-loop (`casspec_ref.speculative`) verifies the tree with the one verifier. Model drafts run
-through `DraftRunner` (scratch rows of the target's cache, reused along a path), prompt lookup
-through the one `PromptLookup` (at the root and below it), recycled tokens through
-`TokenRecycler`.
-
-How children are declared (docs/method.md §5):
-- Greedy (temperature 0): a model draft proposes the top-P tokens of its logits and argmax chains;
-  prompt lookup and cascade-reviewed tokens are fixed proposals. All are `DETERMINISTIC`.
-- Sampling: a model draft draws its children from its processed law q (the same temperature,
-  top-k, top-p transforms as the target): one child is `INDEPENDENT` with that q, several are
-  `WITHOUT_REPLACEMENT` from that one q. Prompt lookup and reviewed tokens stay `DETERMINISTIC`:
-  rule 4 is lossless for any child set that does not depend on the verifier's coins.
-- One expansion = the children of one leaf, so each node's children come from one rule.
+A `StepDrafter` lives for one speculative step: its schedule grows the step's `DraftTree` through
+it (model drafts through `DraftRunner`, prompt lookup, recycled tokens), declaring how each
+node's children were proposed (docs/method.md §5); the loop then verifies the tree. The child
+rules each draft declares: docs/design.md (`draft.py`).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -33,6 +22,9 @@ from casspec_ref.dytc import PLD, RECYCLE
 from casspec_ref.plan import ExecutionPlan
 from casspec_ref.sampling import RandomSource, target_law
 from casspec_ref.tree import ChildRule, DraftTree
+
+#: What a growth step added: (node, its parent, the draft's confidence in its token or None).
+Grown = list[tuple[int, int, float | None]]
 
 
 @dataclass(frozen=True)
@@ -50,55 +42,40 @@ class DraftSampling:
 
 @dataclass
 class NodeInfo:
-    """Bookkeeping of one tree node: who drafted it, and whether it continues its draft's chain
-    (the first child of an expansion) rather than being a sibling."""
+    """Who drafted a node, and whether it continues its draft's chain (the first child of an
+    expansion) rather than being a sibling."""
 
     source: str
     primary: bool
 
 
+@dataclass(eq=False)
 class StepDrafter:
-    """The tree under construction in one step, and the drafting primitives that grow it.
+    """The tree under construction in one step, and the primitives that grow it: the
+    `casspec_ref.dytc.TreeDrafter` DyTC grows trees through, and the pieces the baselines use."""
 
-    It is the `casspec_ref.dytc.TreeDrafter` DyTC grows trees through (`size`, `room`,
-    `is_leaf`, `offers`, `alternatives`, `expand`, `seconds`); the baselines of
-    `casspec_ref.schedules` call the primitives (`propose_children`, `draft_chain`, `review`,
-    `lookup`, `add_chain`) directly.
-    """
+    root_token: int
+    context: Sequence[int]  # prompt + committed tokens; its last token is the root
+    runner: DraftRunner | None
+    pld: PromptLookup
+    levels: dict[str, ExecutionPlan]
+    sampling: DraftSampling
+    rng: RandomSource
+    max_nodes: int
+    max_depth: int
+    clock: Callable[[], float] = time.perf_counter  # injectable: DyTC's decisions read it
+    recycler: TokenRecycler | None = None
+    spent: dict[str, float] = field(default_factory=dict, init=False)  # seconds per draft
+    calls: dict[str, int] = field(default_factory=dict, init=False)  # calls per draft
+    _lookups: dict[int, list[int]] = field(default_factory=dict, init=False)
+    _laws: dict[tuple[str, int], tuple[np.ndarray | None, np.ndarray]] = field(
+        default_factory=dict, init=False
+    )
 
-    def __init__(
-        self,
-        root_token: int,
-        context: Sequence[int],
-        runner: DraftRunner | None,
-        pld: PromptLookup,
-        levels: dict[str, ExecutionPlan],
-        sampling: DraftSampling,
-        rng: RandomSource,
-        max_nodes: int,
-        max_depth: int,
-        clock: Callable[[], float] = time.perf_counter,
-        recycler: TokenRecycler | None = None,
-    ) -> None:
-        self.tree = DraftTree(root_token)
+    def __post_init__(self) -> None:
+        self.tree = DraftTree(self.root_token)
         self.info: list[NodeInfo] = [NodeInfo("root", True)]
-        self.context = context  # prompt + committed tokens; its last token is the root
-        self.runner = runner
-        self.pld = pld
-        self.recycler = recycler
-        self.levels = levels
-        self.sampling = sampling
-        self.rng = rng
-        self.max_nodes = max_nodes
-        self.max_depth = max_depth
-        self.clock = clock  # injectable, so that DyTC's decisions can be made deterministic
-        #: wall seconds and calls spent per draft name in this step
-        self.spent: dict[str, float] = {}
-        self.calls: dict[str, int] = {}
-        self._lookups: dict[int, list[int]] = {}
-        self._laws: dict[tuple[str, int], tuple[np.ndarray | None, np.ndarray]] = {}
 
-    # -- reading the tree (and the TreeDrafter protocol) -------------------------------------
     def size(self) -> int:
         return len(self.tree)
 
@@ -116,37 +93,40 @@ class StepDrafter:
         """[root token, drafted tokens down to `node`]: what a draft is fed to continue `node`."""
         return [self.tree.token(0)] + [self.tree.token(i) for i in self.tree.path_to(node)]
 
-    def _charge(self, name: str, start: float, calls: int = 1) -> None:
+    def charge(self, name: str, start: float, calls: int = 1) -> None:
+        """Book the time since `start` (and `calls` calls) to draft `name`."""
         self.spent[name] = self.spent.get(name, 0.0) + self.clock() - start
         self.calls[name] = self.calls.get(name, 0) + calls
 
-    def _add(
-        self, parent: int, token: int, rule: ChildRule, q: np.ndarray | None, info: NodeInfo
+    def add_node(
+        self,
+        parent: int,
+        token: int,
+        info: NodeInfo,
+        rule: ChildRule = ChildRule.DETERMINISTIC,
+        q: np.ndarray | None = None,
     ) -> int:
+        """Add one child of `parent` (its rule and law q as `DraftTree.add_child` takes them)."""
         node = self.tree.add_child(parent, token, rule, q)
         self.info.append(info)
         return node
 
-    # -- model drafts -----------------------------------------------------------------------
     def draft_logits(self, level: str, node: int) -> torch.Tensor:
         """The draft `level`'s logits (V,) for the token after `node`."""
         if self.runner is None:
             raise ValueError("this step has no draft runner (no model draft levels)")
         start, forwards = self.clock(), self.runner.forwards
         rows = self.runner.logits(self.levels[level], self.path_tokens(node))  # (len(path), V)
-        # A call answered from the runner's stored logits is not a forward: it must not halve
-        # the per-forward cost DyTC learns.
-        self._charge(level, start, calls=self.runner.forwards - forwards)
+        # An answer from the runner's stored logits is no forward (DyTC learns per forward).
+        self.charge(level, start, calls=self.runner.forwards - forwards)
         return rows[-1]  # (V,)
 
     def draft_law(
         self, level: str, node: int, logits: torch.Tensor
     ) -> tuple[np.ndarray | None, np.ndarray]:
-        """(q, confidence) of draft `level` after `node`, from its `logits` (V,): q is the
-        processed law children are sampled from (None under greedy, where children are the
-        top tokens), confidence the draft's probability of each token (q itself when sampling,
-        its temperature-1 law under greedy). Computed once per level and node: DyTC's width
-        decision and the drafting that follows share them."""
+        """(q, confidence) after `node`, once per level and node: q is the processed law children
+        are drawn from (None under greedy: children are the top tokens), confidence the draft's
+        probability of each token (q itself when sampling, its temperature-1 law if greedy)."""
         key = (level, node)
         if key not in self._laws:
             s = self.sampling
@@ -158,9 +138,9 @@ class StepDrafter:
         return self._laws[key]
 
     def propose_children(self, level: str, node: int, count: int) -> list[tuple[int, float]]:
-        """Add up to `count` children of `node` proposed by model draft `level`; the first one
-        continues the chain. Greedy: the top-`count` tokens; sampling: drawn from q without
-        replacement. Returns ``(child, the draft's probability of its token)``."""
+        """Up to `count` children of `node` from model draft `level` (the first continues the
+        chain): greedy, the top tokens; sampling, draws from q without replacement. Returns
+        ``(child, the draft's probability of its token)``."""
         # Siblings need no extra depth, only room in the node budget.
         count = min(count, self.max_nodes - len(self.tree))
         if count < 1 or self.room(node) < 1:
@@ -171,9 +151,8 @@ class StepDrafter:
             tokens = torch.topk(logits, count).indices.tolist()
             rule, law = ChildRule.DETERMINISTIC, None
         else:
-            support = int(np.count_nonzero(q))
             tokens, rest = [], q.copy()
-            for _ in range(min(count, support)):
+            for _ in range(min(count, int(np.count_nonzero(q)))):
                 # Without replacement: each draw from q conditioned on the earlier draws.
                 token = int(self.rng.categorical(rest / rest.sum()))
                 tokens.append(token)
@@ -182,48 +161,13 @@ class StepDrafter:
             law = q
         added = []
         for rank, token in enumerate(tokens):
-            child = self._add(node, token, rule, law, NodeInfo(level, rank == 0))
+            child = self.add_node(node, token, NodeInfo(level, rank == 0), rule, law)
             added.append((child, float(confidence[token])))
         return added
 
-    def draft_chain(self, level: str, node: int, k: int, siblings: int = 1) -> int:
-        """Draft up to `k` tokens below `node` with `level` (top-`siblings` at the first
-        position); returns the deepest node of the chain."""
-        for i in range(k):
-            children = self.propose_children(level, node, siblings if i == 0 else 1)
-            if not children:
-                break
-            node = children[0][0]
-        return node
-
-    def review(self, level: str, node: int, proposal: Sequence[int]) -> int:
-        """Vertical cascade: `level` reviews a lower proposal in one forward, keeps its agreeing
-        prefix and adds its own token at the first disagreement; returns the deepest node."""
-        proposal = list(proposal)[: self.room(node)]  # never feed more than the cache has room
-        if not proposal:
-            return node
-        if self.runner is None:
-            raise ValueError("a vertical cascade needs a model draft level")
-        path = self.path_tokens(node)
-        start = self.clock()
-        rows = self.runner.logits(self.levels[level], path + proposal)  # (len, V)
-        self._charge(level, start)
-        s = self.sampling
-        for j, token in enumerate(proposal):
-            if self.room(node) < 1:
-                return node
-            row = rows[len(path) - 1 + j]  # (V,)
-            # The reviewer's choice: argmax of its processed law (ties to the lowest id).
-            choice = int(target_law(row, 0.0).argmax()) if not s.greedy else int(row.argmax())
-            info = NodeInfo(PLD if choice == token else level, True)
-            node = self._add(node, choice, ChildRule.DETERMINISTIC, None, info)
-            if choice != token:
-                return node
-        return node
-
     def time_target(self, sizes: Sequence[int]) -> dict[int, float]:
-        """Seconds of one target forward over each of `sizes` scratch tokens (the root
-        repeated), as far as the cache has room: the verify cost curve DyTC starts from."""
+        """Seconds of one target forward over each of `sizes` scratch tokens, as far as the cache
+        has room: the verify cost curve DyTC starts from."""
         if self.runner is None:
             return {}
         model, cache, base = self.runner.model, self.runner.cache, self.runner.base
@@ -240,13 +184,11 @@ class StepDrafter:
             cache.truncate(base)  # scratch rows go; the verified prefix is untouched
         return seconds
 
-    # -- free drafts: prompt lookup and recycled tokens --------------------------------------
     def lookup(self, node: int, k: int) -> list[int]:
-        """Prompt-lookup proposal after `node`: the one `PromptLookup` over the committed context
-        followed by the path to `node`."""
+        """Prompt lookup's proposal after the committed context and the path to `node`."""
         start = self.clock()
         tokens = self.pld.propose_after(self.path_tokens(node)[1:], k)
-        self._charge(PLD, start)
+        self.charge(PLD, start)
         return tokens
 
     def add_chain(self, node: int, tokens: Sequence[int], source: str) -> list[int]:
@@ -255,7 +197,7 @@ class StepDrafter:
         for token in tokens:
             if self.room(node) < 1:
                 break
-            node = self._add(node, token, ChildRule.DETERMINISTIC, None, NodeInfo(source, True))
+            node = self.add_node(node, token, NodeInfo(source, True))
             added.append(node)
         return added
 
@@ -281,55 +223,45 @@ class StepDrafter:
         probs = torch.from_numpy(confidence)  # (V,)
         return torch.topk(probs, min(width, probs.shape[-1])).values.tolist()
 
-    def expand(
-        self, node: int, draft: str, k: int, width: int
-    ) -> list[tuple[int, int, float | None]]:
+    def expand(self, node: int, draft: str, k: int, width: int) -> Grown:
         """DyTC's one growth primitive: `width` children of `node` from `draft`, the first
         continuing as a chain of up to `k` tokens (see `casspec_ref.dytc.TreeDrafter`)."""
         if draft == PLD:
             tokens = self._lookups.get(node) or self.lookup(node, k)
             nodes = self.add_chain(node, tokens[:k], PLD)
-            parents = [node, *nodes][: len(nodes)]  # each added node hangs below the one before
-            return [(child, parent, None) for child, parent in zip(nodes, parents, strict=True)]
+            return [(child, self.tree.parent(child), None) for child in nodes]
         if draft == RECYCLE:
             return self._expand_recycled(node, k, width)
         first = self.propose_children(draft, node, width)
         if not first:
             return []
-        added: list[tuple[int, int, float | None]] = [(first[0][0], node, first[0][1])]
+        chain: Grown = [(first[0][0], node, first[0][1])]
         for _ in range(k - 1):
-            parent = added[-1][0]
+            parent = chain[-1][0]
             children = self.propose_children(draft, parent, 1)
             if not children:
                 break
-            added.append((children[0][0], parent, children[0][1]))
-        added.extend((child, node, conf) for child, conf in first[1:])
-        return added
+            chain.append((children[0][0], parent, children[0][1]))
+        return chain + [(child, node, conf) for child, conf in first[1:]]
 
-    def _expand_recycled(
-        self, node: int, k: int, width: int
-    ) -> list[tuple[int, int, float | None]]:
-        """Recycled tokens below `node`: the table's top-`width` successors as children, the
-        first continued by walking the table (all `DETERMINISTIC`: no coin was involved)."""
+    def _expand_recycled(self, node: int, k: int, width: int) -> Grown:
+        """The table's top-`width` successors of `node` as children, the first continued by
+        walking the table (all `DETERMINISTIC`: no coin was involved)."""
         if self.recycler is None:
             return []
         start = self.clock()
         first = self.recycler.alternatives(self.tree.token(node), width)
-        chain = self.recycler.chain(first[0][0], k - 1) if first else []
-        self._charge(RECYCLE, start)
-        added: list[tuple[int, int, float | None]] = []
-        siblings: list[tuple[int, int, float | None]] = []
+        walk = self.recycler.chain(first[0][0], k - 1) if first else []
+        self.charge(RECYCLE, start)
+        grown: Grown = []
         for rank, (token, prob) in enumerate(first):
             if self.room(node) < 1:
                 break
-            child = self._add(
-                node, token, ChildRule.DETERMINISTIC, None, NodeInfo(RECYCLE, rank == 0)
-            )
-            (added if rank == 0 else siblings).append((child, node, prob))
-        for token, prob in chain if added else []:
-            parent = added[-1][0]
+            grown.append((self.add_node(node, token, NodeInfo(RECYCLE, rank == 0)), node, prob))
+        chain, siblings = grown[:1], grown[1:]
+        for token, prob in walk if chain else []:
+            parent = chain[-1][0]
             if self.room(parent) < 1:
                 break
-            child = self._add(parent, token, ChildRule.DETERMINISTIC, None, NodeInfo(RECYCLE, True))
-            added.append((child, parent, prob))
-        return added + siblings
+            chain.append((self.add_node(parent, token, NodeInfo(RECYCLE, True)), parent, prob))
+        return chain + siblings

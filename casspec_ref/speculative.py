@@ -1,92 +1,60 @@
 """The speculative decoding loop: draft a tree, verify it in one target forward, commit, repeat.
 
-Scope: docs/method.md §4 ("verify the whole tree in one target forward ... then compact the KV of
-the accepted path") and §5 (the verifier's contract), for every method of `METHODS`: plain AR,
-prompt lookup only, the baseline cascades and CAS-Spec's DyTC (`casspec_ref.schedules`).
-
-One step:
-1. A schedule drafts a `DraftTree` whose root (node 0) is the last committed token, which is not
-   in the KV cache yet. Model drafts run through `DraftRunner` on scratch rows of the target's
-   cache, released before the target forward. Draft sampling draws from `rng` *before* any
-   verification draw of the step, so the tree never depends on the coins that verify it.
-2. ONE target forward over [root + every node] with the tree's attention mask and positions
-   gives one processed target law p per node (`sampling.target_law`).
-3. `verify.verify_tree` (the one verifier) returns the accepted path and the next token.
-4. `cache.commit(base, keep=[0] + accepted)`: the root's row is kept because it was not cached
-   before; the next root is the next token. Invariant (tested): the cache then equals a fresh
-   prefill of the accepted prefix.
-
-Notable choices:
-- The prompt is prefilled in full and the first new token drawn from that forward, exactly as
-  `generate_ar` does, so greedy outputs start from the same logits.
-- MAT (tau) counts committed tokens per target forward, prefill included and bonus token
-  included: plain AR is exactly 1.00.
-- A tree of the root only is exactly a naive decoding step: DyTC returns it when no draft is
-  predicted to pay (docs/method.md §4 "fall back to plain decoding").
+One step (docs/method.md §4-§5): a schedule (`casspec_ref.schedules`) drafts a `DraftTree` whose
+root is the last committed token; ONE target forward over [root + every node], with the tree's
+mask and positions, gives the processed law p of every node; `verify.verify_tree` accepts a path
+and draws the next token; `KVCache.commit` keeps the root and the accepted path, so the cache
+equals a fresh prefill of the accepted prefix. Choices and statistics: docs/design.md.
 """
 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from casspec_ref.base import input_checks as checks
 from casspec_ref.draft import DraftSampling, StepDrafter
 from casspec_ref.dsia.compose import Hierarchy
 from casspec_ref.dsia.prompt_lookup import PromptLookup, PromptLookupConfig
 from casspec_ref.dsia.recycle import TokenRecycler
 from casspec_ref.dsia.virtual_draft import DraftRunner
 from casspec_ref.dytc import FREE_DRAFTS, DyTCConfig
-from casspec_ref.generate import GenerationResult, check_generation_args, generate_ar
+from casspec_ref.generate import GenerationResult, generate_ar
 from casspec_ref.kv_cache import KVCache
 from casspec_ref.plan import ExecutionPlan
-from casspec_ref.sampling import RandomSource, target_law
-from casspec_ref.schedules import Schedule, ScheduleOptions, ScheduleSpec, make_schedule
+from casspec_ref.sampling import RandomSource, TorchRandomSource, target_law
+from casspec_ref.schedules import SCHEDULES, Schedule, ScheduleSpec
 from casspec_ref.tree import DraftTree
 from casspec_ref.verify import VerifyResult, verify_tree
 
-#: Every decoding method the loop (and the CLI's --method) knows.
-METHODS = (
-    "ar",
-    "pld",
-    "chain",
-    "vc",
-    "hc",
-    "vchc",
-    "swift-tree",
-    "static-tree",
-    "recycle",
-    "cas-spec",
-)
+#: Every method the loop (and the CLI's --method) knows: plain AR and the registered schedules.
+METHODS = ("ar", *SCHEDULES)
+OPTIONS = {"dytc", "schedule", "pld", "clock", "policy"}
 
 
 @dataclass(frozen=True)
 class StepTrace:
-    """What `on_step` receives after each speculative step (for a --show-tree trace)."""
+    """What `on_step` receives after each speculative step (for a --show-tree trace): the tree,
+    each node's draft name, the verifier's result, the tokens whose K/V the cache holds after
+    the commit (prompt + committed, root included) and the live cache (read it only)."""
 
     step: int
     tree: DraftTree
     sources: list[str]
     result: VerifyResult
-    #: the tokens whose K/V the cache holds after the commit (prompt + committed, root included)
     prefix: list[int]
-    #: the live cache after the commit (read it, do not modify it)
     cache: KVCache
 
 
 def default_drafts(model: Any) -> tuple[ExecutionPlan, ...]:
-    """The DSIA hierarchy used when `drafts` is None, cheapest level first.
-
-    - A model whose loader attached a preset (``model.preset_drafts``, see
-      `casspec_ref.io.presets`): that hierarchy.
-    - Other models with >= 12 layers: skipping the blocks found cheapest on SmolLM2
-      (docs/smollm2.md).
-    - Small (test) models: an early exit before the last block and the middle block's MLP
-      skipped, which run in any dtype.
-    """
+    """The DSIA hierarchy used when `drafts` is None, cheapest level first: the preset a loader
+    attached (``model.preset_drafts``); else, from 12 layers on, the blocks found cheapest to
+    skip on SmolLM2 (docs/smollm2.md); else an early exit and a skipped middle MLP."""
     preset = getattr(model, "preset_drafts", None)
     if preset:
         return tuple(preset)
@@ -99,39 +67,10 @@ def default_drafts(model: Any) -> tuple[ExecutionPlan, ...]:
     return (early, skip)
 
 
-def _resolve_drafts(
-    model: Any, drafts: Hierarchy | Sequence[ExecutionPlan] | None
-) -> tuple[ExecutionPlan, ...]:
-    if drafts is None:
-        levels = default_drafts(model)
-    elif isinstance(drafts, Hierarchy):
-        levels = drafts.levels
-    else:
-        levels = tuple(drafts)
-    for plan in levels:
-        if not isinstance(plan, ExecutionPlan):
-            raise ValueError(
-                "drafts must be a Hierarchy or a sequence of ExecutionPlan, got "
-                f"{type(plan).__name__}"
-            )
-        plan.validate(model.config)
-    names = [plan.name for plan in levels]
-    if len(set(names)) != len(names) or set(names) & set(FREE_DRAFTS):
-        raise ValueError(
-            f"draft levels need unique names other than {FREE_DRAFTS} (statistics are kept per "
-            "name); "
-            f"got {names}"
-        )
-    return tuple(levels)
-
-
 @dataclass
 class Decoding:
-    """Everything one speculative generation carries from step to step (visible state).
-
-    `prefill` starts it and `speculative_step` advances it by one draft-verify-commit step;
-    `generate_speculative` is those two calls and a loop.
-    """
+    """What one speculative generation carries from step to step: `prefill` starts it, each
+    `speculative_step` advances it by one draft-verify-commit step."""
 
     model: Any
     prompt: list[int]
@@ -144,7 +83,6 @@ class Decoding:
     cache: KVCache
     pld: PromptLookup
     recycler: TokenRecycler | None
-    max_nodes: int
     clock: Callable[[], float]
     on_token: Callable[[int], None] | None = None
     on_step: Callable[[StepTrace], None] | None = None
@@ -187,7 +125,7 @@ def draft_tree(state: Decoding) -> StepDrafter:
     runner = DraftRunner(state.model, cache)
     drafter = StepDrafter(
         state.tokens[-1], state.pld.tokens, runner, state.pld, state.levels, state.sampling,
-        state.rng, max_nodes=min(state.max_nodes, room),
+        state.rng, max_nodes=min(state.schedule.max_nodes, room),
         max_depth=max(0, min(remaining - 1, room - 1)), clock=state.clock,
         recycler=state.recycler,
     )  # fmt: skip
@@ -229,16 +167,20 @@ def verify_step(state: Decoding, drafter: StepDrafter) -> tuple[VerifyResult, fl
 
 def speculative_step(state: Decoding) -> VerifyResult:
     """One step: draft a tree, verify it in one forward, commit, let the schedule learn."""
-    base = state.cache.length
     drafter = draft_tree(state)
     result, seconds = verify_step(state, drafter)
-    state.schedule.observe(drafter, result.accepted, seconds, base)
-    _count(state.stats, drafter, result)
+    state.schedule.observe(drafter, result.accepted, seconds)
+    tree, stats = drafter.tree, state.stats
+    stats["steps"] += 1
+    stats["accepted_lengths"].append(len(result.accepted))
+    stats["tree_sizes"].append(len(tree))
+    stats["branching_steps"] += int(any(len(tree.children(n)) > 1 for n in range(len(tree))))
+    stats["proposed"].update(info.source for info in drafter.info[1:])
+    stats["accepted"].update(drafter.info[node].source for node in result.accepted)
     if state.on_step is not None:
         sources = [info.source for info in drafter.info]
         prefix = state.prompt + state.tokens + result.accepted_tokens
-        trace = StepTrace(state.stats["steps"], drafter.tree, sources, result, prefix, state.cache)
-        state.on_step(trace)
+        state.on_step(StepTrace(stats["steps"], tree, sources, result, prefix, state.cache))
     for token in result.emitted:
         state.emit(token)
         if state.done:
@@ -246,20 +188,6 @@ def speculative_step(state: Decoding) -> VerifyResult:
     if result.stopped:
         state.done = state.stopped = True
     return result
-
-
-def _count(stats: dict[str, Any], drafter: StepDrafter, result: VerifyResult) -> None:
-    stats["steps"] += 1
-    stats["accepted_lengths"].append(len(result.accepted))
-    stats["tree_sizes"].append(len(drafter.tree))
-    branching = any(len(drafter.tree.children(n)) > 1 for n in range(len(drafter.tree)))
-    stats["branching_steps"] += int(branching)
-    for node in range(1, len(drafter.tree)):
-        source = drafter.info[node].source
-        stats["proposed"][source] = stats["proposed"].get(source, 0) + 1
-    for node in result.accepted:
-        source = drafter.info[node].source
-        stats["accepted"][source] = stats["accepted"].get(source, 0) + 1
 
 
 def start_decoding(
@@ -273,42 +201,39 @@ def start_decoding(
     drafts: Hierarchy | Sequence[ExecutionPlan] | None = None,
     options: dict[str, Any] | None = None,
 ) -> Decoding:
-    """Build the state of one generation: drafts, schedule, cache, prompt lookup, counters.
-
-    The arguments are taken as checked (`generate_speculative` checks them first); ``options``
-    are `generate_speculative`'s keyword options (``dytc``, ``schedule``, ``pld``, ``clock``,
-    ``policy``).
-    """
+    """The state of one generation: drafts, schedule, cache, prompt lookup, counters. Takes the
+    arguments as checked; ``options`` are `generate_speculative`'s keyword options."""
     options = options or {}
-    dytc_config = options.get("dytc", DyTCConfig())
-    if options.get("policy") is not None:
-        dytc_config = options["policy"].config
-    sched_options = options.get("schedule", ScheduleOptions())
-    pld_config = options.get("pld", PromptLookupConfig())
-    if not isinstance(dytc_config, DyTCConfig) or not isinstance(sched_options, ScheduleOptions):
+    policy = options.get("policy")
+    dytc_config = policy.config if policy is not None else options.get("dytc", DyTCConfig())
+    if not isinstance(dytc_config, DyTCConfig):
         raise ValueError("options dytc and schedule must be DyTCConfig and ScheduleOptions")
-    levels = _resolve_drafts(model, drafts) if method not in ("pld", "recycle") else ()
+    kind = SCHEDULES[method]
+    if not kind.uses_levels:
+        levels: tuple[ExecutionPlan, ...] = ()
+    elif drafts is None:
+        levels = default_drafts(model)
+    else:
+        levels = drafts.levels if isinstance(drafts, Hierarchy) else tuple(drafts)
+    checks.check_draft_levels(levels, ExecutionPlan, model.config, FREE_DRAFTS)
     names = [p.name for p in levels]
-    spec = ScheduleSpec(
-        names, model.config.n_layers, dytc_config, options.get("policy"), sched_options
-    )
-    schedule = make_schedule(method, spec)
-    max_nodes = dytc_config.max_tree_size if method == "cas-spec" else 64
-    total = len(prompt) + max_new_tokens
+    spec = ScheduleSpec(names, model.config.n_layers, dytc_config, policy, options.get("schedule"))
+    schedule = kind.from_spec(spec)
     param = next(model.parameters())
-    cache = KVCache(model.config, min(model.config.max_seq_len, total + max(max_nodes, 64) + 1),
-                    param.dtype, param.device)  # fmt: skip
+    total = len(prompt) + max_new_tokens + max(schedule.max_nodes, 64) + 1
+    cache = KVCache(model.config, min(model.config.max_seq_len, total), param.dtype, param.device)
     stats: dict[str, Any] = {
         "method": method, "levels": names, "accepted_lengths": [], "steps": 0,
-        "target_forwards": 0, "proposed": {}, "accepted": {}, "draft_forwards": 0,
+        "target_forwards": 0, "proposed": Counter(), "accepted": Counter(), "draft_forwards": 0,
         "tree_sizes": [], "branching_steps": 0,
         "time_draft_s": 0.0, "time_plan_s": 0.0, "time_verify_s": 0.0,
     }  # fmt: skip
-    recycler = TokenRecycler() if method in ("cas-spec", "recycle") else None
+    pld = PromptLookup(prompt, options.get("pld", PromptLookupConfig()))
+    recycler = TokenRecycler() if schedule.uses_recycler else None
+    clock = options.get("clock", time.perf_counter)
     return Decoding(
         model, prompt, max_new_tokens, schedule, {p.name: p for p in levels}, sampling, rng,
-        stops, cache, PromptLookup(prompt, pld_config), recycler, max_nodes,
-        options.get("clock", time.perf_counter), stats=stats,
+        stops, cache, pld, recycler, clock, stats=stats,
     )  # fmt: skip
 
 
@@ -342,30 +267,25 @@ def generate_speculative(
         on_token: called with each emitted token, in order.
         drafts: the DSIA hierarchy, cheapest level first (default: `default_drafts(model)`).
         on_step: called with a `StepTrace` after every step.
-        options: `dytc=DyTCConfig(...)`, `schedule=ScheduleOptions(...)`,
-            `pld=PromptLookupConfig(...)`, `clock=` a seconds counter (default
-            `time.perf_counter`; tests inject a deterministic one, because DyTC's decisions
-            depend on measured costs), `policy=` a `DyTCPolicy` to carry DyTC's estimates
-            across calls (updated in place; by default each call starts afresh).
-
-    Returns a `GenerationResult` whose ``stats`` hold ``mat`` (bonus included, prefill counted
-    as one forward), ``accepted_lengths`` (drafted tokens accepted per step), ``steps``,
-    ``target_forwards``, per-level ``proposed``/``accepted``, ``draft_forwards``,
-    ``tree_sizes``, ``branching_steps`` and the time split
-    ``time_draft_s``/``time_plan_s``/``time_verify_s``/``time_other_s``.
+        options: `dytc=DyTCConfig(...)`, `schedule=ScheduleOptions(...)` (the baselines'),
+            `pld=PromptLookupConfig(...)`, `clock=` a seconds counter (tests inject a
+            deterministic one), `policy=` a `DyTCPolicy` carried across calls (updated in place).
+    Returns:
+        A `GenerationResult`; its ``stats`` are listed in docs/design.md (`speculative.py`).
     """
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}: allowed are {', '.join(METHODS)}")
-    allowed = {"dytc", "schedule", "pld", "clock", "policy"}
-    unknown = sorted(set(options) - allowed)
-    if unknown:
-        raise ValueError(f"unknown options {unknown}: allowed are {sorted(allowed)}")
-    prompt, stops, rng = check_generation_args(
-        model, prompt_ids, max_new_tokens, temperature, top_k, top_p, stop_ids, seed, rng
+    checks.check_choice("method", method, METHODS)
+    checks.check_options(options, OPTIONS)
+    prompt, stops = checks.check_generation_args(
+        model.config, prompt_ids, max_new_tokens, temperature, top_k, top_p, stop_ids, seed, rng
     )
+    rng = rng if rng is not None else TorchRandomSource(seed=seed)
+    if method == "ar":  # the naive loop itself, with the step statistics of a speculative run
+        ar = generate_ar(model, prompt, max_new_tokens, temperature=temperature, top_k=top_k,
+                         top_p=top_p, rng=rng, stop_ids=stops, on_token=on_token)  # fmt: skip
+        steps = max(0, len(ar.tokens) - 1)
+        ar.stats.update(accepted_lengths=[0] * steps, steps=steps)
+        return ar
     sampling = DraftSampling(temperature, top_k, top_p)
-    if method == "ar":
-        return _plain(model, prompt, max_new_tokens, sampling, rng, stops, on_token)
     state = start_decoding(
         model, prompt, max_new_tokens, method, sampling, rng, stops, drafts, options
     )
@@ -376,30 +296,7 @@ def generate_speculative(
             prefill(state)
             while not state.done:
                 speculative_step(state)
-    return _result(state, state.clock() - t_start)
-
-
-def _plain(
-    model: Any,
-    prompt: list[int],
-    max_new_tokens: int,
-    s: DraftSampling,
-    rng: RandomSource,
-    stops: frozenset[int],
-    on_token: Callable[[int], None] | None,
-) -> GenerationResult:
-    """Method "ar": the naive loop itself, with the step statistics of a speculative run."""
-    ar = generate_ar(model, prompt, max_new_tokens, temperature=s.temperature, top_k=s.top_k,
-                     top_p=s.top_p, rng=rng, stop_ids=stops, on_token=on_token)  # fmt: skip
-    n = len(ar.tokens)
-    ar.stats.setdefault("accepted_lengths", [0] * max(0, n - 1))
-    ar.stats.setdefault("steps", max(0, n - 1))
-    return ar
-
-
-def _result(state: Decoding, elapsed: float) -> GenerationResult:
-    """The `GenerationResult` of a finished speculative generation."""
-    stats, n = state.stats, len(state.tokens)
+    elapsed, stats, n = state.clock() - t_start, state.stats, len(state.tokens)
     stats["mat"] = n / max(1, stats["target_forwards"]) if n else 0.0
     stats["time_other_s"] = max(0.0, elapsed - stats["time_draft_s"] - stats["time_verify_s"])
     timing = {"total_s": elapsed, "tokens_per_s": n / elapsed if elapsed > 0 else 0.0}

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from casspec_ref.base.random_weights import random_init_
+from casspec_ref.baselines import draft_chain, review
 from casspec_ref.config import tiny_llama
 from casspec_ref.draft import DraftSampling, NodeInfo, StepDrafter
 from casspec_ref.dsia.prompt_lookup import PromptLookup, PromptLookupConfig
@@ -170,9 +171,9 @@ def test_room_is_the_tighter_of_the_node_and_depth_budgets() -> None:
 def test_charges_add_up_per_draft_name() -> None:
     drafter = _drafter()
     clock = _clock(drafter)
-    drafter._charge("a", clock())  # 100 -> 101
-    drafter._charge("b", clock(), calls=3)  # 103 -> 106
-    drafter._charge("a", clock(), calls=0)  # 110 -> 115
+    drafter.charge("a", clock())  # 100 -> 101
+    drafter.charge("b", clock(), calls=3)  # 103 -> 106
+    drafter.charge("a", clock(), calls=0)  # 110 -> 115
     assert drafter.spent == {"a": 1.0 + 5.0, "b": 3.0}
     assert drafter.calls == {"a": 1, "b": 3}
     assert drafter.seconds() == 9.0
@@ -182,7 +183,7 @@ def test_add_records_the_node_and_its_info() -> None:
     drafter = _drafter()
     info = NodeInfo("skip", False)
     q = np.full(VOCAB, 1 / VOCAB)
-    node = drafter._add(0, 7, ChildRule.INDEPENDENT, q, info)
+    node = drafter.add_node(0, 7, info, ChildRule.INDEPENDENT, q)
     assert node == 1 and drafter.tree.token(1) == 7 and drafter.tree.parent(1) == 0
     assert drafter.tree.child_rule(0) is ChildRule.INDEPENDENT
     np.testing.assert_array_equal(drafter.tree.draft_probs(1), q)
@@ -350,7 +351,7 @@ def test_one_sampled_child_is_independent_with_its_q() -> None:
 
 def test_draft_chain_continues_the_first_child() -> None:
     drafter = _drafter()
-    deepest = drafter.draft_chain("skip", 0, 3, siblings=2)
+    deepest = draft_chain(drafter, "skip", 0, 3, siblings=2)
     logits = _reference_logits("skip", [ROOT])
     first, second = torch.topk(logits, 2).indices.tolist()
     chain = _greedy_chain("skip", [ROOT, first], 2)
@@ -359,8 +360,8 @@ def test_draft_chain_continues_the_first_child() -> None:
     assert deepest == 4
     # The depth budget ends a chain early; its deepest node is returned.
     short = _drafter(max_depth=2)
-    assert short.draft_chain("skip", 0, 5) == 2 and short.size() == 3
-    assert _drafter().draft_chain("skip", 0, 0) == 0
+    assert draft_chain(short, "skip", 0, 5) == 2 and short.size() == 3
+    assert draft_chain(_drafter(), "skip", 0, 0) == 0
 
 
 # -- the vertical cascade's review ----------------------------------------------------------
@@ -371,7 +372,7 @@ def test_review_keeps_the_agreeing_prefix_and_adds_its_own_token(sampling: Draft
     node = drafter.add_chain(0, [2], "exit")[0]
     want = _greedy_chain("skip", [ROOT, 2], 3)  # the reviewer's own choices below node
     wrong = (want[2] + 1) % VOCAB
-    deepest = drafter.review("skip", node, [want[0], want[1], wrong, want[0]])
+    deepest = review(drafter, "skip", node, [want[0], want[1], wrong, want[0]])
     assert deepest == 4
     assert drafter.tree.tokens == [ROOT, 2, *want]
     assert [drafter.tree.parent(n) for n in (2, 3, 4)] == [1, 2, 3]
@@ -386,31 +387,31 @@ def test_review_keeps_the_agreeing_prefix_and_adds_its_own_token(sampling: Draft
 def test_review_accepting_everything_and_its_first_disagreement() -> None:
     want = _greedy_chain("skip", [ROOT], 3)
     drafter = _drafter()
-    assert drafter.review("skip", 0, want) == 3
+    assert review(drafter, "skip", 0, want) == 3
     assert drafter.tree.tokens[1:] == want and {i.source for i in drafter.info[1:]} == {PLD}
     drafter = _drafter()
-    assert drafter.review("skip", 0, [(want[0] + 1) % VOCAB, want[1]]) == 1
+    assert review(drafter, "skip", 0, [(want[0] + 1) % VOCAB, want[1]]) == 1
     assert drafter.tree.tokens == [ROOT, want[0]] and drafter.info[1] == NodeInfo("skip", True)
 
 
 def test_review_feeds_at_most_the_room() -> None:
     want = _greedy_chain("skip", [ROOT], 3)
     drafter = _drafter(max_depth=2)
-    assert drafter.review("skip", 0, want) == 2  # the whole room agreed
+    assert review(drafter, "skip", 0, want) == 2  # the whole room agreed
     assert drafter.tree.tokens[1:] == want[:2]
     assert drafter.runner is not None and drafter.runner.tokens_fed == 1 + 2
     full = _drafter(max_nodes=1)
-    assert full.review("skip", 0, want) == 0 and full.size() == 1
+    assert review(full, "skip", 0, want) == 0 and full.size() == 1
     assert _forwards(full) == 0 and full.calls == {} and _clock(full).ticks == []
 
 
 def test_review_of_nothing_and_without_a_model() -> None:
     drafter = _drafter()
-    assert drafter.review("skip", 0, []) == 0 and drafter.calls == {} and _forwards(drafter) == 0
+    assert review(drafter, "skip", 0, []) == 0 and drafter.calls == {} and _forwards(drafter) == 0
     bare = _drafter(runner=False)
-    assert bare.review("skip", 0, []) == 0
+    assert review(bare, "skip", 0, []) == 0
     with pytest.raises(ValueError, match="^a vertical cascade needs a model draft level$"):
-        bare.review("skip", 0, [1])
+        review(bare, "skip", 0, [1])
 
 
 class RowsRunner:
@@ -435,7 +436,7 @@ def test_sampled_review_takes_the_argmax_of_the_greedy_law_not_of_a_softmax() ->
     for sampling in (GREEDY, DraftSampling(temperature=0.8)):
         drafter = _drafter(sampling)
         drafter.runner = RowsRunner(row)  # type: ignore[assignment]
-        assert drafter.review("skip", 0, [2, 2]) == 2
+        assert review(drafter, "skip", 0, [2, 2]) == 2
         assert drafter.tree.tokens == [ROOT, 2, 2] and drafter.info[1].source == PLD
 
 
@@ -447,7 +448,7 @@ def test_sampled_review_checks_the_reviewer_logits_like_the_target_law() -> None
     drafter = _drafter(DraftSampling(temperature=0.8))
     drafter.runner = RowsRunner(row)  # type: ignore[assignment]
     with pytest.raises(ValueError, match="logits contain NaN"):
-        drafter.review("skip", 0, [1])
+        review(drafter, "skip", 0, [1])
 
 
 # -- the target's cost curve ----------------------------------------------------------------

@@ -38,12 +38,12 @@ from test_speculative_law import DRAFTS, _model, _TimedModel
 
 import casspec_ref.speculative as speculative
 from casspec_ref import proof as oracle
+from casspec_ref.baselines import ScheduleOptions
 from casspec_ref.draft import StepDrafter
 from casspec_ref.dsia.prompt_lookup import PromptLookupConfig
 from casspec_ref.dytc import PLD, RECYCLE, DyTCConfig, DyTCPolicy
 from casspec_ref.generate import generate_ar
 from casspec_ref.sampling import RandomSource
-from casspec_ref.schedules import ScheduleOptions
 from casspec_ref.tree import ChildRule, DraftTree
 
 TOLERANCE = 1e-12

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from casspec_ref.sampling import TorchRandomSource, target_law, validate_sampling
+from casspec_ref.base.input_checks import validate_sampling
+from casspec_ref.sampling import TorchRandomSource, target_law
 from casspec_ref.tree import ChildRule, DraftTree, chain_tree
 
 # --- sampling.py -------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from casspec_ref.base.random_weights import random_init_
+from casspec_ref.baselines import ScheduleOptions
 from casspec_ref.config import tiny_llama
 from casspec_ref.draft import DraftSampling, StepDrafter
 from casspec_ref.dsia.prompt_lookup import PromptLookup
@@ -16,7 +17,7 @@ from casspec_ref.kv_cache import KVCache
 from casspec_ref.model import Transformer
 from casspec_ref.plan import ExecutionPlan
 from casspec_ref.sampling import TorchRandomSource, target_law
-from casspec_ref.schedules import ScheduleOptions, ScheduleSpec, make_schedule
+from casspec_ref.schedules import ScheduleSpec, make_schedule
 from casspec_ref.speculative import generate_speculative
 from casspec_ref.tree import ChildRule
 

@@ -10,13 +10,13 @@ import pytest
 import torch
 
 from casspec_ref.base.random_weights import random_init_
+from casspec_ref.baselines import ScheduleOptions
 from casspec_ref.config import tiny_gpt2, tiny_llama
 from casspec_ref.dytc import DyTCConfig, DyTCPolicy
 from casspec_ref.generate import generate_ar
 from casspec_ref.kv_cache import KVCache
 from casspec_ref.model import Transformer
 from casspec_ref.plan import ExecutionPlan
-from casspec_ref.schedules import ScheduleOptions
 from casspec_ref.speculative import METHODS, StepTrace, generate_speculative
 
 

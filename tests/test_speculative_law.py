@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from casspec_ref.base.random_weights import random_init_
+from casspec_ref.baselines import ScheduleOptions
 from casspec_ref.config import tiny_llama
 from casspec_ref.dytc import PLD, DyTCConfig, DyTCPolicy
 from casspec_ref.generate import generate_ar
@@ -24,7 +25,6 @@ from casspec_ref.model import Transformer
 from casspec_ref.plan import ExecutionPlan
 from casspec_ref.proof import exact_law, total_variation
 from casspec_ref.sampling import RandomSource, TorchRandomSource
-from casspec_ref.schedules import ScheduleOptions
 from casspec_ref.speculative import generate_speculative
 
 

@@ -20,7 +20,8 @@ from types import ModuleType
 
 import pytest
 
-from casspec_ref import dytc, schedules
+from casspec_ref import dytc
+from casspec_ref.baselines import schedules
 from casspec_ref.config import smollm2_135m
 from casspec_ref.io.presets import smollm2_cascade, smollm2_drafts
 

@@ -270,9 +270,9 @@ def _make_runner(
     if method in EXTERNAL_METHODS:
         return _make_hf_runner(method, model, stop_ids)
 
+    from casspec_ref.baselines import ScheduleOptions
     from casspec_ref.dsia.prompt_lookup import PromptLookupConfig
     from casspec_ref.dytc import DyTCPolicy
-    from casspec_ref.schedules import ScheduleOptions
     from casspec_ref.speculative import METHODS, default_drafts, generate_speculative
 
     base, k = parse_method(method, METHODS)
@@ -703,7 +703,7 @@ def main(argv: Sequence[str] | None = None, *, model: Any = None, tokenizer: Any
             parse_method(method, available)
         except ValueError as exc:
             return _error(str(exc))
-    from casspec_ref.sampling import validate_sampling
+    from casspec_ref.base.input_checks import validate_sampling
 
     try:
         validate_sampling(args.temperature, args.top_k, args.top_p)

@@ -178,9 +178,9 @@ def _generate(args: argparse.Namespace) -> int:
     if device_problem:
         return _fail(device_problem)
 
+    from casspec_ref.base.input_checks import validate_sampling
     from casspec_ref.generate import generate_ar
     from casspec_ref.io.weights import load_model
-    from casspec_ref.sampling import validate_sampling
 
     try:
         validate_sampling(args.temperature, args.top_k, args.top_p)

@@ -1,0 +1,183 @@
+"""The paper's comparison schedules: chain speculative decoding with one DSIA draft, prompt
+lookup or recycled tokens alone, the vertical (VC) and horizontal (HC) cascades, VC+HC
+(CS-Drafting), a SWIFT-style confidence tree and a static tree. Their reconstructed choices and
+parameters: docs/design.md (`baselines/`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from casspec_ref.baselines.drafting import draft_chain, review
+from casspec_ref.draft import StepDrafter
+from casspec_ref.dytc import PLD, RECYCLE
+from casspec_ref.schedules import Schedule, ScheduleSpec
+
+
+@dataclass(frozen=True)
+class ScheduleOptions:
+    """Parameters of the baseline schedules (DyTC's own live in `DyTCConfig`)."""
+
+    chain_k: int = 4  # tokens a chain (and VC, HC) drafts per step, >= 1
+    hc_split: int = 2  # positions HC drafts with the most accurate level, then the cheapest
+    swift_threshold: float = 0.6  # SWIFT extends a node while its token's probability >= this
+    swift_sibling: float = 0.2  # ... and adds a sibling with at least this probability
+    swift_max_depth: int = 8  # depth budget of the SWIFT-style tree, >= 1
+    static_branching: tuple[int, ...] = (2, 2, 1, 1)  # children per node at each depth
+
+    def __post_init__(self) -> None:
+        for name in ("chain_k", "swift_max_depth"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"ScheduleOptions.{name}={getattr(self, name)} must be >= 1")
+        if self.hc_split < 0:
+            raise ValueError(f"ScheduleOptions.hc_split={self.hc_split} must be >= 0")
+        for name in ("swift_threshold", "swift_sibling"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"ScheduleOptions.{name}={getattr(self, name)} must be in [0, 1]")
+        if not self.static_branching or any(b < 1 for b in self.static_branching):
+            raise ValueError(
+                f"ScheduleOptions.static_branching={self.static_branching} must be a non-empty "
+                "tuple of integers >= 1"
+            )
+
+
+class Baseline(Schedule):
+    """A fixed schedule, parameterized by `ScheduleOptions` (``spec.options``)."""
+
+    def __init__(self, options: ScheduleOptions | None = None) -> None:
+        self.options = options if options is not None else ScheduleOptions()
+
+    @classmethod
+    def from_spec(cls, spec: ScheduleSpec) -> Schedule:
+        if spec.options is not None and not isinstance(spec.options, ScheduleOptions):
+            raise ValueError("options dytc and schedule must be DyTCConfig and ScheduleOptions")
+        if cls.uses_levels and not spec.levels:
+            raise ValueError(f"method {cls.name!r} needs at least one model draft level; got none")
+        return cls(spec.options)
+
+
+def _top(levels: Sequence[str]) -> str:
+    # Hierarchies are ordered cheapest first (casspec_ref.dsia.compose): the last level is the
+    # most accurate one.
+    return levels[-1]
+
+
+class PLDOnly(Baseline):
+    """Prompt lookup alone: its whole proposal as one deterministic chain (no model draft)."""
+
+    name = "pld"
+    uses_levels = False
+
+    def build(self, drafter: StepDrafter) -> None:
+        drafter.add_chain(0, drafter.lookup(0, drafter.pld.config.max_proposal), PLD)
+
+
+class RecycleOnly(Baseline):
+    """Recycled tokens alone: a walk of the successor table as one deterministic chain, as long
+    as prompt lookup's proposals (`PromptLookupConfig.max_proposal`)."""
+
+    name = "recycle"
+    uses_levels = False
+    uses_recycler = True
+
+    def build(self, drafter: StepDrafter) -> None:
+        drafter.expand(0, RECYCLE, drafter.pld.config.max_proposal, 1)
+
+
+class Chain(Baseline):
+    """Chain speculative decoding with one DSIA draft (the most accurate level)."""
+
+    name = "chain"
+
+    def build(self, drafter: StepDrafter) -> None:
+        draft_chain(drafter, _top(list(drafter.levels)), 0, self.options.chain_k)
+
+
+class VerticalCascade(Baseline):
+    """VC: prompt lookup proposes, the most accurate level reviews it, then drafts on."""
+
+    name = "vc"
+
+    def build(self, drafter: StepDrafter) -> None:
+        level, k = _top(list(drafter.levels)), self.options.chain_k
+        node = review(drafter, level, 0, drafter.lookup(0, k))
+        draft_chain(drafter, level, node, k - drafter.tree.depth(node))
+
+
+class HorizontalCascade(Baseline):
+    """HC: the most accurate level drafts the early positions, the cheapest the later ones."""
+
+    name = "hc"
+
+    def build(self, drafter: StepDrafter) -> None:
+        names = list(drafter.levels)
+        opts = self.options
+        node = draft_chain(drafter, _top(names), 0, min(opts.hc_split, opts.chain_k))
+        draft_chain(drafter, names[0], node, opts.chain_k - drafter.tree.depth(node))
+
+
+class VCHC(Baseline):
+    """CS-Drafting: HC whose later positions come from a VC (lookup reviewed by the cheapest)."""
+
+    name = "vchc"
+
+    def build(self, drafter: StepDrafter) -> None:
+        names = list(drafter.levels)
+        opts = self.options
+        node = draft_chain(drafter, _top(names), 0, min(opts.hc_split, opts.chain_k))
+        rest = opts.chain_k - drafter.tree.depth(node)
+        if rest > 0:
+            node = review(drafter, names[0], node, drafter.lookup(node, rest))
+            draft_chain(drafter, names[0], node, opts.chain_k - drafter.tree.depth(node))
+
+
+class SwiftTree(Baseline):
+    """A SWIFT-style confidence tree with the cheapest (layer-skipping) level: extend the chain
+    while the draft is confident, add a sibling wherever the runner-up is likely."""
+
+    name = "swift-tree"
+
+    def build(self, drafter: StepDrafter) -> None:
+        level, opts = list(drafter.levels)[0], self.options
+        node = 0
+        while drafter.tree.depth(node) < opts.swift_max_depth and drafter.room(node) >= 1:
+            logits = drafter.draft_logits(level, node)  # (V,), reused by propose_children
+            probs = torch.softmax(logits.double(), -1)  # (V,)
+            top2 = torch.topk(probs, 2).values.tolist()
+            width = 2 if top2[1] >= opts.swift_sibling else 1
+            children = drafter.propose_children(level, node, width)
+            if not children or top2[0] < opts.swift_threshold:
+                break
+            node = children[0][0]
+
+
+class StaticTree(Baseline):
+    """A fixed-shape tree: at depth d every node gets `static_branching[d]` children."""
+
+    name = "static-tree"
+
+    def build(self, drafter: StepDrafter) -> None:
+        level = _top(list(drafter.levels))
+        frontier = [0]
+        for width in self.options.static_branching:
+            nxt: list[int] = []
+            for node in frontier:
+                nxt.extend(child for child, _ in drafter.propose_children(level, node, width))
+            frontier = nxt
+            if not frontier:
+                break
+
+
+#: In the order `casspec_ref.speculative.METHODS` lists them.
+BASELINES = (
+    PLDOnly,
+    Chain,
+    VerticalCascade,
+    HorizontalCascade,
+    VCHC,
+    SwiftTree,
+    StaticTree,
+    RecycleOnly,
+)
