@@ -130,8 +130,42 @@ def test_a_replay_that_stops_early_is_hidden_randomness():
         calls.append(1)
         return int(rng.bernoulli(0.5)) if len(calls) == 1 else 0
 
-    with pytest.raises(HiddenRandomnessError, match="stopped after 0 of the 1"):
+    with pytest.raises(HiddenRandomnessError, match="stopped after 0 of the 1") as err:
         exact_law(fn)
+    assert "first call" not in str(err.value)  # the replay was not the first call's repeat
+    calls.clear()
+    with pytest.raises(HiddenRandomnessError, match="stopped after 0 of the 1") as err:
+        exact_law(fn, recheck=1)
+    assert "this replayed the first call" in str(err.value)
+
+
+def test_a_module_that_draws_when_lazily_imported_is_not_checkable_until_imported(tmp_path):
+    """The pattern of transformers.generation.utils, which imports sympy, whose module code draws
+    ``random.Random().randint(...)``: imported inside the checked call, that draw is made by the
+    first call only. The oracle must refuse (never a verdict), name the draw and say what to do;
+    once the module is imported before the check, the same verifier gets its verdict."""
+    name = "oracle_lazy_import_probe"
+    (tmp_path / f"{name}.py").write_text(
+        "import random\n_prng = random.Random()\nBASE = _prng.randint(10**6, 9 * 10**6)\n"
+    )
+
+    def lazily_importing(inputs: ChainInputs, rng: RandomSource) -> list[int]:
+        __import__(name)
+        return reference_chain_verifier(inputs, rng)
+
+    sys.path.insert(0, str(tmp_path))
+    try:
+        report = check_verifier(lazily_importing, **SMALL)
+        assert report.verdict == "NOT CHECKABLE", report.format()
+        assert "random.randrange/choice" in (report.error or "")
+        assert "categorical/8000001" in (report.error or "")
+        assert "this replayed the first call" in (report.error or "")
+        assert name in sys.modules  # the first call imported it
+        report = check_verifier(lazily_importing, **SMALL)
+        assert report.verdict == "LOSSLESS", report.format()
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop(name, None)
 
 
 # --- the contract ------------------------------------------------------------------------------

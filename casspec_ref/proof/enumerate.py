@@ -32,6 +32,12 @@ Law = dict[Hashable, Prob]
 #: In float64, the probabilities of all outcomes must sum to 1 within this.
 MASS_TOLERANCE = 1e-9
 
+#: Ends the message when the replay of the very first run differs from it.
+FIRST_CALL_HINT = (
+    "; this replayed the first call: if the code draws on its first call only (module code run "
+    "by a lazy import, a cache filled on first use), import or call it once before the check"
+)
+
 
 class NotCheckableError(RuntimeError):
     """The function cannot be judged: its law is not what the enumeration computes."""
@@ -56,11 +62,21 @@ class EnumeratingSource:
     It records, for every decision past the forced prefix, the options it did not take, so that
     `exact_law` can replay each of them. ``weight`` is the probability of the path taken.
     ``draws`` names each decision (for error messages); ``float_inputs`` counts the decisions
-    whose probabilities arrived as floats (which matters in exact mode).
+    whose probabilities arrived as floats (which matters in exact mode). ``names`` are the draws
+    of the forced decisions in the earlier run, and ``hint`` ends the message of a replay that
+    differs from it (both for error messages only).
     """
 
-    def __init__(self, forced: tuple[tuple[str, int], ...], exact: bool) -> None:
+    def __init__(
+        self,
+        forced: tuple[tuple[str, int], ...],
+        exact: bool,
+        names: tuple[str, ...] = (),
+        hint: str = "",
+    ) -> None:
         self.forced = forced
+        self.names = names
+        self.hint = hint
         self.exact = exact
         # A decision is (kind, option): kind names the draw ("bernoulli", or "categorical/V"),
         # so that a replay that draws a different kind of decision is detected.
@@ -90,7 +106,8 @@ class EnumeratingSource:
             if forced_kind != kind or not matches:
                 raise HiddenRandomnessError(
                     f"draw #{depth + 1} ({name}) differs from an earlier run after the same "
-                    f"decisions (expected {forced_kind} option {choice})"
+                    f"decisions (expected {self.earlier(depth)}{forced_kind} option {choice})"
+                    + self.hint
                 )
             prob = matches[0]
             self.untaken.append([])
@@ -101,6 +118,22 @@ class EnumeratingSource:
         self.draws.append(name)
         self.weight = self.weight * prob
         return choice
+
+    def earlier(self, depth: int) -> str:
+        """The name of the forced decision at ``depth`` in the earlier run, when it has one."""
+        if depth >= len(self.names) or self.names[depth] == self.forced[depth][0]:
+            return ""
+        return f"{self.names[depth]}: "
+
+    def check_consumed(self) -> None:
+        """Raise `HiddenRandomnessError` if the run ended before making its forced decisions."""
+        depth = len(self.taken)
+        if depth < len(self.forced):
+            raise HiddenRandomnessError(
+                f"a replay stopped after {depth} of the {len(self.forced)} draws an earlier run "
+                f"made after the same decisions (draw #{depth + 1}, {self.earlier(depth)}"
+                f"{self.forced[depth][0]}, was not made)" + self.hint
+            )
 
     def bernoulli(self, prob: float | Fraction, draw: str = "") -> bool:
         p = self._number(prob, draw)
@@ -152,25 +185,22 @@ def exact_law(
     enumerated, and `HiddenRandomnessError` when ``fn`` is not a function of its draws.
     """
     law: Law = {}
-    stack: list[tuple[tuple[str, int], ...]] = [()]
+    # A forced prefix of decisions, and the names of their draws (for error messages).
+    stack: list[tuple[tuple[tuple[str, int], ...], tuple[str, ...]]] = [((), ())]
     paths = 0
     while stack:
-        forced = stack.pop()
+        forced, names = stack.pop()
         paths += 1
         if paths > max_paths:
             raise ValueError(f"more than max_paths={max_paths} outcomes; use smaller cases")
-        source = EnumeratingSource(forced, exact)
+        source = EnumeratingSource(forced, exact, names)
         key = _freeze(fn(source))
-        if len(source.taken) < len(forced):
-            missing = forced[len(source.taken)][0]
-            raise HiddenRandomnessError(
-                f"a replay stopped after {len(source.taken)} of the {len(forced)} draws an "
-                f"earlier run made after the same decisions (draw #{len(source.taken) + 1}, "
-                f"{missing}, was not made)"
-            )
+        source.check_consumed()
         if paths <= recheck:
-            again = EnumeratingSource(source.forced + tuple(source.taken[len(forced) :]), exact)
+            hint = FIRST_CALL_HINT if paths == 1 else ""
+            again = EnumeratingSource(tuple(source.taken), exact, tuple(source.draws), hint)
             again_key = _freeze(fn(again))
+            again.check_consumed()
             if again_key != key or again.taken != source.taken or again.weight != source.weight:
                 raise HiddenRandomnessError(
                     f"the same {len(source.taken)} draws gave {key!r} once and {again_key!r} "
@@ -181,7 +211,7 @@ def exact_law(
         law[key] = law.get(key, 0) + source.weight
         for depth in range(len(forced), len(source.taken)):
             for option in source.untaken[depth]:
-                stack.append((*source.taken[:depth], option))
+                stack.append(((*source.taken[:depth], option), tuple(source.draws[: depth + 1])))
     total = sum(law.values(), Fraction(0) if exact else 0.0)
     if (total != 1) if exact else abs(float(total) - 1.0) > MASS_TOLERANCE:
         raise HiddenRandomnessError(
