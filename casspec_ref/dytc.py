@@ -21,6 +21,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from casspec_ref.base import dytc_checks as checks
+
 PLD = "pld"  # the prompt-lookup draft's name in a `DyTCPolicy`
 RECYCLE = "recycle"  # the recycled-token draft (successors seen in earlier verify forwards)
 FREE_DRAFTS = (PLD, RECYCLE)  # drafts that cost no forward: looked up, not computed
@@ -28,7 +30,7 @@ FREE_DRAFTS = (PLD, RECYCLE)  # drafts that cost no forward: looked up, not comp
 
 @dataclass(frozen=True)
 class DyTCConfig:
-    """Every DyTC knob, with the reconstruction's defaults (allowed values: `__post_init__`)."""
+    """Every DyTC knob, with the reconstruction's defaults (allowed values: base/dytc_checks.py)."""
 
     ema_weight: float = 0.3  # w in a <- (1 - w) a + w mean(last `window` outcomes)
     window: int = 20
@@ -52,31 +54,7 @@ class DyTCConfig:
     calibration_sizes: tuple[int, ...] = (2, 4, 8, 16)  # timed by scratch forwards first (or none)
 
     def __post_init__(self) -> None:
-        checks = [
-            ("ema_weight", 0.0 < self.ema_weight <= 1.0, "in (0, 1]"),
-            ("window", self.window >= 1, ">= 1"),
-            ("warmup", self.warmup >= 0, ">= 0"),
-            ("prior_alpha", 0.0 <= self.prior_alpha <= 1.0, "in [0, 1]"),
-            ("prior_pld_alpha", 0.0 <= self.prior_pld_alpha <= 1.0, "in [0, 1]"),
-            ("prior_recycle_alpha", 0.0 <= self.prior_recycle_alpha <= 1.0, "in [0, 1]"),
-            ("max_k", self.max_k >= 1, ">= 1"),
-            ("max_tree_size", self.max_tree_size >= 1, ">= 1"),
-            ("max_depth", self.max_depth >= 1, ">= 1"),
-            ("siblings", self.siblings >= 1, ">= 1"),
-            ("confidence_weight", 0.0 <= self.confidence_weight <= 1.0, "in [0, 1]"),
-            ("min_gain", self.min_gain >= 1.0, ">= 1"),
-            ("long_context", self.long_context >= 1, ">= 1"),
-            ("cost_weight", 0.0 < self.cost_weight <= 1.0, "in (0, 1]"),
-            ("reexplore", 0.0 <= self.reexplore < 1.0, "in [0, 1)"),
-            ("explore_fraction", 0.0 <= self.explore_fraction < 1.0, "in [0, 1)"),
-            ("explore_horizon", self.explore_horizon >= 1, ">= 1"),
-            ("calibration_sizes", all(n >= 1 for n in self.calibration_sizes), "sizes >= 1"),
-        ]
-        for name, ok, allowed in checks:
-            if not ok:
-                raise ValueError(
-                    f"DyTCConfig.{name}={getattr(self, name)!r} is invalid: allowed {allowed}"
-                )
+        checks.check_dytc_config(self)
 
 
 # ------------------------------------------------------------------ 1. acceptance estimates
@@ -84,8 +62,7 @@ class AcceptanceEstimator:
     """Online acceptance estimate of one draft: a running mean during warm-up, then an EMA."""
 
     def __init__(self, prior: float, *, weight: float, window: int, warmup: int) -> None:
-        if not 0.0 <= prior <= 1.0:
-            raise ValueError(f"prior={prior!r} is invalid: allowed is a probability in [0, 1]")
+        checks.check_prior(prior)
         self.prior = float(prior)
         self.alpha = float(prior)
         self.weight = weight
@@ -96,8 +73,7 @@ class AcceptanceEstimator:
 
     def observe(self, accepted: float) -> None:
         """Record one outcome: 1.0 accepted, 0.0 rejected (fractions for averaged events)."""
-        if not 0.0 <= accepted <= 1.0:
-            raise ValueError(f"an acceptance observation must lie in [0, 1], got {accepted!r}")
+        checks.check_outcome(accepted)
         self.count += 1
         self._sum += accepted
         self._recent.append(float(accepted))
@@ -120,10 +96,7 @@ class CostCurve:
     per measured size. A size not measured in the last `horizon` steps (`tick`) is `stale`."""
 
     def __init__(self, weight: float = 0.3, horizon: int = 64) -> None:
-        if not 0.0 < weight <= 1.0:
-            raise ValueError(f"weight={weight!r} is invalid: allowed is in (0, 1]")
-        if horizon < 1:
-            raise ValueError(f"horizon={horizon!r} is invalid: allowed is >= 1")
+        checks.check_cost_curve(weight, horizon)
         self.weight = weight
         self.horizon = horizon
         self.seconds: dict[int, float] = {}
@@ -139,10 +112,7 @@ class CostCurve:
 
     def observe(self, tokens: int, seconds: float) -> None:
         """Record one forward over `tokens` tokens that took `seconds`."""
-        if tokens < 1:
-            raise ValueError(f"a forward processes >= 1 token, got {tokens!r}")
-        if seconds < 0 or not math.isfinite(seconds):
-            raise ValueError(f"a latency must be a finite number of seconds >= 0, got {seconds!r}")
+        checks.check_timing(tokens, seconds)
         old = self.seconds.get(tokens)
         self.seconds[tokens] = seconds if old is None else old + self.weight * (seconds - old)
         self._last_seen[tokens] = self._now
