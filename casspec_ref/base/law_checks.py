@@ -7,7 +7,7 @@ object array of `Fraction`s for exact arithmetic; torch tensors are converted to
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from fractions import Fraction
 from typing import Any
 
@@ -26,6 +26,32 @@ def check_token(token: Any) -> None:
 def check_parent(parent: Any, n_nodes: int) -> None:
     if not (isinstance(parent, int | np.integer) and 0 <= parent < n_nodes):
         raise ValueError(f"parent must be an existing node index in [0, {n_nodes}), got {parent}")
+
+
+def check_child(rule: Any, parent_rule: Any, parent: int, draft_probs: Any) -> None:
+    """One `ChildRule` per parent; a draft law for every child but a DETERMINISTIC one."""
+    if parent_rule is not None and parent_rule is not rule:
+        raise ValueError(
+            f"node {parent} already has {parent_rule.value} children; one rule per parent "
+            f"(got {rule.value}). Use INDEPENDENT with a one-hot law for a deterministic child."
+        )
+    if rule.value == "deterministic" and draft_probs is not None:
+        raise ValueError("DETERMINISTIC children carry no draft law; pass draft_probs=None")
+    if rule.value != "deterministic" and draft_probs is None:
+        raise ValueError(f"{rule.value} children need the draft law they were drawn from")
+
+
+def check_sibling(
+    first: np.ndarray | None, law: np.ndarray | None, token: int, siblings: Iterable[int]
+) -> None:
+    """A WITHOUT_REPLACEMENT child shares its siblings' law q and repeats none of their tokens."""
+    if first is not law and not np.array_equal(first, law):  # type: ignore[arg-type]
+        raise ValueError(
+            "WITHOUT_REPLACEMENT siblings must share the one unconditional law q they "
+            "were drawn from"
+        )
+    if any(sibling == int(token) for sibling in siblings):
+        raise ValueError(f"token {token} repeats a WITHOUT_REPLACEMENT sibling")
 
 
 def check_prefix_len(prefix_len: int) -> None:
