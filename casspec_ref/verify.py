@@ -54,12 +54,12 @@ def verify_tree(
     laws = node_laws(target_probs, len(tree))
     check_max_accept(max_accept)
     stops = frozenset(int(s) for s in stop_ids)
-    vocab = check_law(laws[0], "target law of node 0").shape[0]
+    vocab = check_law(laws[0], "target", 0).shape[0]
 
     node = 0
     result = VerifyResult(accepted=[], accepted_tokens=[], next_token=None)
     while True:
-        residual = check_law(laws[node], f"target law of node {node}", vocab)
+        residual = check_law(laws[node], "target", node, vocab)
         children = tree.children(node)
         if max_accept is not None and len(result.accepted) >= max_accept:
             children = []  # the length limit: this node acts as a leaf
@@ -93,19 +93,14 @@ def _test_children(
             draft = _one_hot(token, residual)
         elif rule is ChildRule.WITHOUT_REPLACEMENT:
             if conditional_q is None:
-                conditional_q = check_law(tree.draft_probs(child), f"draft law of node {child}")
+                conditional_q = check_law(tree.draft_probs(child), "draft", child, len(residual))
             for earlier in removed:
                 # The law this child was really drawn from: q without the earlier siblings.
                 conditional_q = _without(conditional_q, earlier)
             removed.clear()
             draft = conditional_q
         else:
-            draft = check_law(tree.draft_probs(child), f"draft law of node {child}")
-        if draft.shape[0] != residual.shape[0]:
-            raise ValueError(
-                f"draft law of node {child} has {draft.shape[0]} entries, "
-                f"the target law {residual.shape[0]}"
-            )
+            draft = check_law(tree.draft_probs(child), "draft", child, len(residual))
         draft_mass = draft[token]
         if draft_mass == 0:
             accept = False  # cannot have been drawn from this law: reject, never divide by 0

@@ -92,9 +92,10 @@ def node_laws(
     return list(target_probs)
 
 
-def check_law(law: np.ndarray | None, what: str, vocab: int | None = None) -> np.ndarray:
-    """Validate a law (1-D, non-negative, sums to 1, ``vocab`` entries if given) and return it as
-    a float64 or Fraction array."""
+def check_law(law: np.ndarray | None, kind: str, node: int, vocab: int | None = None) -> np.ndarray:
+    """Validate the ``kind`` ("target" or "draft") law of tree node ``node`` (1-D, non-negative,
+    sums to 1, ``vocab`` entries if given) and return it as a float64 or Fraction array."""
+    what = f"{kind} law of node {node}"
     if law is None:
         raise ValueError(f"{what} is missing")
     if isinstance(law, torch.Tensor):
@@ -117,5 +118,6 @@ def check_law(law: np.ndarray | None, what: str, vocab: int | None = None) -> np
         if abs(total - 1.0) > LAW_SUM_TOLERANCE:
             raise ValueError(f"{what} must sum to 1 (within {LAW_SUM_TOLERANCE}), sums to {total}")
     if vocab is not None and array.shape[0] != vocab:
-        raise ValueError(f"{what} has {array.shape[0]} entries, not {vocab}")
+        versus = "not" if kind == "target" else "the target law"
+        raise ValueError(f"{what} has {array.shape[0]} entries, {versus} {vocab}")
     return array
