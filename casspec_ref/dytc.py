@@ -19,6 +19,7 @@ import math
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Protocol
 
 from casspec_ref.base import dytc_checks as checks
@@ -213,13 +214,12 @@ def ewif_chain(alpha: float, k: int, c: float) -> float:
 
 def max_cascade_depth(n_layers: int, context_len: int, *, n_levels: int, config: DyTCConfig) -> int:
     """How many model draft levels DyTC may use (the seed article's rules, when enabled)."""
-    levels = n_levels
     if config.cascade_depth_rule:
         # K = min(3, log2(L / 12)), at least one level: a 30-layer model gets 1.
-        levels = min(levels, max(1, min(3, int(math.log2(max(n_layers, 12) / 12)))))
+        n_levels = min(n_levels, max(1, min(3, int(math.log2(max(n_layers, 12) / 12)))))
     if config.long_context_drop and context_len > config.long_context:
-        levels = max(0, levels - 1)
-    return levels
+        n_levels = max(0, n_levels - 1)
+    return n_levels
 
 
 # ------------------------------------------------------------------ 5. growing the tree
@@ -297,15 +297,10 @@ class DyTCPolicy:
         cfg = self.config
         names = [*self.drafts, *FREE_DRAFTS]
         priors = {PLD: cfg.prior_pld_alpha, RECYCLE: cfg.prior_recycle_alpha}
-        self.alpha: dict[str, AcceptanceEstimator] = {
-            name: AcceptanceEstimator(
-                priors.get(name, cfg.prior_alpha),
-                weight=cfg.ema_weight,
-                window=cfg.window,
-                warmup=cfg.warmup,
-            )
-            for name in names
-        }
+        estimator = partial(
+            AcceptanceEstimator, weight=cfg.ema_weight, window=cfg.window, warmup=cfg.warmup
+        )
+        self.alpha = {name: estimator(priors.get(name, cfg.prior_alpha)) for name in names}
         self.verify_cost = CostCurve(cfg.cost_weight, cfg.explore_horizon)
         self.draft_cost = {name: CostCurve(cfg.cost_weight, cfg.explore_horizon) for name in names}
         self._seen: set[str] = set()
@@ -401,12 +396,11 @@ class DyTCPolicy:
         """How many of the draft's alternatives become children: add the next sibling while the
         tree's EWIF improves (a sibling costs no forward, only a verify row)."""
         cfg = self.config
-        if cfg.siblings == 1 or choice.draft == PLD:
-            return 1
-        tokens, spent, size = tree.expected_tokens(), drafter.seconds(), drafter.size()
+        size = drafter.size()
         limit = min(cfg.siblings, cfg.max_tree_size - size - choice.k + 1)
-        if limit < 2:
+        if limit < 2 or choice.draft == PLD:
             return 1
+        tokens, spent = tree.expected_tokens(), drafter.seconds()
         confidences = drafter.alternatives(choice.leaf, choice.draft, limit)
         cum = tree.reach()[choice.leaf]
         step = self.step_seconds()
@@ -492,11 +486,10 @@ class DyTCPolicy:
                 self._seen.add(name)
                 continue
             self.draft_cost[name].observe(1, seconds / calls)
-        tested_names = set()
         for name, accepted in tested:
             if name in self.alpha:
                 self.alpha[name].observe(1.0 if accepted else 0.0)
-                tested_names.add(name)
+        tested_names = {name for name, _ in tested}
         for name, estimator in self.alpha.items():
             if name not in tested_names and estimator.count > 0:
                 estimator.relax(self.config.reexplore)

@@ -102,8 +102,7 @@ class DraftTree:
 
     def path_to(self, node: int) -> list[int]:
         """Node indices from the first drafted node down to ``node`` (root excluded)."""
-        if not 0 <= node < len(self.nodes):
-            raise ValueError(f"node must be in [0, {len(self)}), got {node}")
+        checks.check_node(node, len(self.nodes))
         path = []
         while node != 0:
             path.append(node)

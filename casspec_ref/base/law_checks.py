@@ -28,6 +28,11 @@ def check_parent(parent: Any, n_nodes: int) -> None:
         raise ValueError(f"parent must be an existing node index in [0, {n_nodes}), got {parent}")
 
 
+def check_node(node: int, n_nodes: int) -> None:
+    if not 0 <= node < n_nodes:
+        raise ValueError(f"node must be in [0, {n_nodes}), got {node}")
+
+
 def check_child(rule: Any, parent_rule: Any, parent: int, draft_probs: Any) -> None:
     """One `ChildRule` per parent; a draft law for every child but a DETERMINISTIC one."""
     if parent_rule is not None and parent_rule is not rule:
