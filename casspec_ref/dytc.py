@@ -19,7 +19,10 @@ import math
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Protocol
+
+from casspec_ref.base import dytc_checks as checks
 
 PLD = "pld"  # the prompt-lookup draft's name in a `DyTCPolicy`
 RECYCLE = "recycle"  # the recycled-token draft (successors seen in earlier verify forwards)
@@ -28,7 +31,7 @@ FREE_DRAFTS = (PLD, RECYCLE)  # drafts that cost no forward: looked up, not comp
 
 @dataclass(frozen=True)
 class DyTCConfig:
-    """Every DyTC knob, with the reconstruction's defaults (allowed values: `__post_init__`)."""
+    """Every DyTC knob, with the reconstruction's defaults (allowed values: base/dytc_checks.py)."""
 
     ema_weight: float = 0.3  # w in a <- (1 - w) a + w mean(last `window` outcomes)
     window: int = 20
@@ -52,31 +55,7 @@ class DyTCConfig:
     calibration_sizes: tuple[int, ...] = (2, 4, 8, 16)  # timed by scratch forwards first (or none)
 
     def __post_init__(self) -> None:
-        checks = [
-            ("ema_weight", 0.0 < self.ema_weight <= 1.0, "in (0, 1]"),
-            ("window", self.window >= 1, ">= 1"),
-            ("warmup", self.warmup >= 0, ">= 0"),
-            ("prior_alpha", 0.0 <= self.prior_alpha <= 1.0, "in [0, 1]"),
-            ("prior_pld_alpha", 0.0 <= self.prior_pld_alpha <= 1.0, "in [0, 1]"),
-            ("prior_recycle_alpha", 0.0 <= self.prior_recycle_alpha <= 1.0, "in [0, 1]"),
-            ("max_k", self.max_k >= 1, ">= 1"),
-            ("max_tree_size", self.max_tree_size >= 1, ">= 1"),
-            ("max_depth", self.max_depth >= 1, ">= 1"),
-            ("siblings", self.siblings >= 1, ">= 1"),
-            ("confidence_weight", 0.0 <= self.confidence_weight <= 1.0, "in [0, 1]"),
-            ("min_gain", self.min_gain >= 1.0, ">= 1"),
-            ("long_context", self.long_context >= 1, ">= 1"),
-            ("cost_weight", 0.0 < self.cost_weight <= 1.0, "in (0, 1]"),
-            ("reexplore", 0.0 <= self.reexplore < 1.0, "in [0, 1)"),
-            ("explore_fraction", 0.0 <= self.explore_fraction < 1.0, "in [0, 1)"),
-            ("explore_horizon", self.explore_horizon >= 1, ">= 1"),
-            ("calibration_sizes", all(n >= 1 for n in self.calibration_sizes), "sizes >= 1"),
-        ]
-        for name, ok, allowed in checks:
-            if not ok:
-                raise ValueError(
-                    f"DyTCConfig.{name}={getattr(self, name)!r} is invalid: allowed {allowed}"
-                )
+        checks.check_dytc_config(self)
 
 
 # ------------------------------------------------------------------ 1. acceptance estimates
@@ -84,8 +63,7 @@ class AcceptanceEstimator:
     """Online acceptance estimate of one draft: a running mean during warm-up, then an EMA."""
 
     def __init__(self, prior: float, *, weight: float, window: int, warmup: int) -> None:
-        if not 0.0 <= prior <= 1.0:
-            raise ValueError(f"prior={prior!r} is invalid: allowed is a probability in [0, 1]")
+        checks.check_prior(prior)
         self.prior = float(prior)
         self.alpha = float(prior)
         self.weight = weight
@@ -96,8 +74,7 @@ class AcceptanceEstimator:
 
     def observe(self, accepted: float) -> None:
         """Record one outcome: 1.0 accepted, 0.0 rejected (fractions for averaged events)."""
-        if not 0.0 <= accepted <= 1.0:
-            raise ValueError(f"an acceptance observation must lie in [0, 1], got {accepted!r}")
+        checks.check_outcome(accepted)
         self.count += 1
         self._sum += accepted
         self._recent.append(float(accepted))
@@ -120,10 +97,7 @@ class CostCurve:
     per measured size. A size not measured in the last `horizon` steps (`tick`) is `stale`."""
 
     def __init__(self, weight: float = 0.3, horizon: int = 64) -> None:
-        if not 0.0 < weight <= 1.0:
-            raise ValueError(f"weight={weight!r} is invalid: allowed is in (0, 1]")
-        if horizon < 1:
-            raise ValueError(f"horizon={horizon!r} is invalid: allowed is >= 1")
+        checks.check_cost_curve(weight, horizon)
         self.weight = weight
         self.horizon = horizon
         self.seconds: dict[int, float] = {}
@@ -139,10 +113,7 @@ class CostCurve:
 
     def observe(self, tokens: int, seconds: float) -> None:
         """Record one forward over `tokens` tokens that took `seconds`."""
-        if tokens < 1:
-            raise ValueError(f"a forward processes >= 1 token, got {tokens!r}")
-        if seconds < 0 or not math.isfinite(seconds):
-            raise ValueError(f"a latency must be a finite number of seconds >= 0, got {seconds!r}")
+        checks.check_timing(tokens, seconds)
         old = self.seconds.get(tokens)
         self.seconds[tokens] = seconds if old is None else old + self.weight * (seconds - old)
         self._last_seen[tokens] = self._now
@@ -243,13 +214,12 @@ def ewif_chain(alpha: float, k: int, c: float) -> float:
 
 def max_cascade_depth(n_layers: int, context_len: int, *, n_levels: int, config: DyTCConfig) -> int:
     """How many model draft levels DyTC may use (the seed article's rules, when enabled)."""
-    levels = n_levels
     if config.cascade_depth_rule:
         # K = min(3, log2(L / 12)), at least one level: a 30-layer model gets 1.
-        levels = min(levels, max(1, min(3, int(math.log2(max(n_layers, 12) / 12)))))
+        n_levels = min(n_levels, max(1, min(3, int(math.log2(max(n_layers, 12) / 12)))))
     if config.long_context_drop and context_len > config.long_context:
-        levels = max(0, levels - 1)
-    return levels
+        n_levels = max(0, n_levels - 1)
+    return n_levels
 
 
 # ------------------------------------------------------------------ 5. growing the tree
@@ -327,15 +297,10 @@ class DyTCPolicy:
         cfg = self.config
         names = [*self.drafts, *FREE_DRAFTS]
         priors = {PLD: cfg.prior_pld_alpha, RECYCLE: cfg.prior_recycle_alpha}
-        self.alpha: dict[str, AcceptanceEstimator] = {
-            name: AcceptanceEstimator(
-                priors.get(name, cfg.prior_alpha),
-                weight=cfg.ema_weight,
-                window=cfg.window,
-                warmup=cfg.warmup,
-            )
-            for name in names
-        }
+        estimator = partial(
+            AcceptanceEstimator, weight=cfg.ema_weight, window=cfg.window, warmup=cfg.warmup
+        )
+        self.alpha = {name: estimator(priors.get(name, cfg.prior_alpha)) for name in names}
         self.verify_cost = CostCurve(cfg.cost_weight, cfg.explore_horizon)
         self.draft_cost = {name: CostCurve(cfg.cost_weight, cfg.explore_horizon) for name in names}
         self._seen: set[str] = set()
@@ -431,12 +396,11 @@ class DyTCPolicy:
         """How many of the draft's alternatives become children: add the next sibling while the
         tree's EWIF improves (a sibling costs no forward, only a verify row)."""
         cfg = self.config
-        if cfg.siblings == 1 or choice.draft == PLD:
-            return 1
-        tokens, spent, size = tree.expected_tokens(), drafter.seconds(), drafter.size()
+        size = drafter.size()
         limit = min(cfg.siblings, cfg.max_tree_size - size - choice.k + 1)
-        if limit < 2:
+        if limit < 2 or choice.draft == PLD:
             return 1
+        tokens, spent = tree.expected_tokens(), drafter.seconds()
         confidences = drafter.alternatives(choice.leaf, choice.draft, limit)
         cum = tree.reach()[choice.leaf]
         step = self.step_seconds()
@@ -522,11 +486,10 @@ class DyTCPolicy:
                 self._seen.add(name)
                 continue
             self.draft_cost[name].observe(1, seconds / calls)
-        tested_names = set()
         for name, accepted in tested:
             if name in self.alpha:
                 self.alpha[name].observe(1.0 if accepted else 0.0)
-                tested_names.add(name)
+        tested_names = {name for name, _ in tested}
         for name, estimator in self.alpha.items():
             if name not in tested_names and estimator.count > 0:
                 estimator.relax(self.config.reexplore)

@@ -14,6 +14,8 @@ from enum import Enum
 import numpy as np
 import torch
 
+from casspec_ref.base import law_checks as checks
+
 
 class ChildRule(Enum):
     """How the children of one node were proposed (docs/method.md §5 rules 1-4)."""
@@ -39,7 +41,7 @@ class DraftTree:
     """A token tree rooted at the last committed token (node 0)."""
 
     def __init__(self, root_token: int) -> None:
-        _check_token(root_token)
+        checks.check_token(root_token)
         self.nodes: list[TreeNode] = [TreeNode(token=int(root_token), parent=-1, depth=0)]
 
     def __len__(self) -> int:
@@ -53,37 +55,16 @@ class DraftTree:
         unconditional q), None for `DETERMINISTIC`."""
         if not isinstance(rule, ChildRule):
             raise ValueError(f"rule must be a ChildRule, got {rule!r}")
-        if not (isinstance(parent, int | np.integer) and 0 <= parent < len(self.nodes)):
-            raise ValueError(
-                f"parent must be an existing node index in [0, {len(self)}), got {parent}"
-            )
-        _check_token(token)
+        checks.check_parent(parent, len(self.nodes))
+        checks.check_token(token)
         node = self.nodes[parent]
-        if node.child_rule is not None and node.child_rule is not rule:
-            raise ValueError(
-                f"node {parent} already has {node.child_rule.value} children; one rule per parent "
-                f"(got {rule.value}). Use INDEPENDENT with a one-hot law for a deterministic child."
-            )
-        if rule is ChildRule.DETERMINISTIC:
-            if draft_probs is not None:
-                raise ValueError("DETERMINISTIC children carry no draft law; pass draft_probs=None")
-        else:
-            if draft_probs is None:
-                raise ValueError(f"{rule.value} children need the draft law they were drawn from")
-            draft_probs = _as_law(draft_probs)
-            if not 0 <= int(token) < draft_probs.shape[0]:
-                raise ValueError(f"token {token} is outside the draft law's vocabulary")
+        checks.check_child(rule, node.child_rule, parent, draft_probs)
+        if draft_probs is not None:
+            draft_probs = checks.as_draft_law(draft_probs, token)
         if rule is ChildRule.WITHOUT_REPLACEMENT and node.children:
             first = self.nodes[node.children[0]].draft_probs
-            assert first is not None
-            assert draft_probs is not None
-            if first is not draft_probs and not np.array_equal(first, draft_probs):
-                raise ValueError(
-                    "WITHOUT_REPLACEMENT siblings must share the one unconditional law q they "
-                    "were drawn from"
-                )
-            if any(self.nodes[c].token == int(token) for c in node.children):
-                raise ValueError(f"token {token} repeats a WITHOUT_REPLACEMENT sibling")
+            siblings = (self.nodes[c].token for c in node.children)
+            checks.check_sibling(first, draft_probs, token, siblings)
         node.child_rule = rule
         index = len(self.nodes)
         self.nodes.append(
@@ -121,8 +102,7 @@ class DraftTree:
 
     def path_to(self, node: int) -> list[int]:
         """Node indices from the first drafted node down to ``node`` (root excluded)."""
-        if not 0 <= node < len(self.nodes):
-            raise ValueError(f"node must be in [0, {len(self)}), got {node}")
+        checks.check_node(node, len(self.nodes))
         path = []
         while node != 0:
             path.append(node)
@@ -143,16 +123,14 @@ class DraftTree:
     def attention_mask(self, prefix_len: int) -> torch.Tensor:
         """(N, prefix_len + N) bool for the tree verify forward: node i sees the cached prefix
         (the root excluded: it is node 0 of this forward), its ancestors and itself."""
-        if prefix_len < 0:
-            raise ValueError(f"prefix_len must be >= 0, got {prefix_len}")
+        checks.check_prefix_len(prefix_len)
         n = len(self.nodes)
         prefix = torch.ones((n, prefix_len), dtype=torch.bool)  # (N, prefix_len)
         return torch.cat([prefix, self.ancestors_mask()], dim=1)  # (N, prefix_len + N)
 
     def positions(self, prefix_len: int) -> torch.Tensor:
         """(N,) long: the position of each node, ``prefix_len + depth`` (the root at prefix_len)."""
-        if prefix_len < 0:
-            raise ValueError(f"prefix_len must be >= 0, got {prefix_len}")
+        checks.check_prefix_len(prefix_len)
         return torch.tensor([prefix_len + n.depth for n in self.nodes], dtype=torch.long)  # (N,)
 
 
@@ -162,26 +140,7 @@ def chain_tree(
     """A chain (one child per node): sampled from ``draft_probs[i]``, or deterministic if None."""
     tree = DraftTree(root_token)
     node = 0
+    rule = ChildRule.DETERMINISTIC if draft_probs is None else ChildRule.INDEPENDENT
     for i, token in enumerate(tokens):
-        if draft_probs is None:
-            node = tree.add_child(node, token, ChildRule.DETERMINISTIC)
-        else:
-            node = tree.add_child(node, token, ChildRule.INDEPENDENT, draft_probs[i])
+        node = tree.add_child(node, token, rule, None if draft_probs is None else draft_probs[i])
     return tree
-
-
-def _check_token(token: int) -> None:
-    if not isinstance(token, int | np.integer) or isinstance(token, bool) or token < 0:
-        raise ValueError(f"a token must be a non-negative integer id, got {token!r}")
-
-
-def _as_law(probs: np.ndarray | torch.Tensor) -> np.ndarray:
-    """A 1-D numpy law (float64, or object for Fractions); torch tensors are converted."""
-    if isinstance(probs, torch.Tensor):
-        probs = probs.detach().to("cpu", torch.float64).numpy()
-    law = np.asarray(probs)
-    if law.ndim != 1 or law.shape[0] == 0:
-        raise ValueError(f"a draft law must be a non-empty 1-D array, got shape {law.shape}")
-    if law.dtype != object and law.dtype != np.float64:
-        law = law.astype(np.float64)
-    return law

@@ -18,11 +18,9 @@ from fractions import Fraction
 import numpy as np
 import torch
 
+from casspec_ref.base.law_checks import check_law, check_max_accept, node_laws
 from casspec_ref.sampling import RandomSource
 from casspec_ref.tree import ChildRule, DraftTree
-
-#: How far a float64 law's sum may be from 1 before it is refused as "not a law".
-LAW_SUM_TOLERANCE = 1e-6
 
 
 @dataclass
@@ -53,20 +51,15 @@ def verify_tree(
     """Verify `tree` against one processed target law per node, in node order (1-D float64 or
     `Fraction` arrays, or an (N, V) array or tensor). Nothing is accepted after a token of
     `stop_ids`, nor after `max_accept` drafted tokens (None: no limit)."""
-    laws = _node_laws(target_probs, len(tree))
-    if max_accept is not None and (not isinstance(max_accept, int) or max_accept < 0):
-        raise ValueError(f"max_accept must be None or an integer >= 0, got {max_accept!r}")
+    laws = node_laws(target_probs, len(tree))
+    check_max_accept(max_accept)
     stops = frozenset(int(s) for s in stop_ids)
-    vocab = _check_law(laws[0], "target law of node 0").shape[0]
+    vocab = check_law(laws[0], "target", 0).shape[0]
 
     node = 0
     result = VerifyResult(accepted=[], accepted_tokens=[], next_token=None)
     while True:
-        residual = _check_law(laws[node], f"target law of node {node}")
-        if residual.shape[0] != vocab:
-            raise ValueError(
-                f"target law of node {node} has {residual.shape[0]} entries, not {vocab}"
-            )
+        residual = check_law(laws[node], "target", node, vocab)
         children = tree.children(node)
         if max_accept is not None and len(result.accepted) >= max_accept:
             children = []  # the length limit: this node acts as a leaf
@@ -100,19 +93,14 @@ def _test_children(
             draft = _one_hot(token, residual)
         elif rule is ChildRule.WITHOUT_REPLACEMENT:
             if conditional_q is None:
-                conditional_q = _check_law(tree.draft_probs(child), f"draft law of node {child}")
+                conditional_q = check_law(tree.draft_probs(child), "draft", child, len(residual))
             for earlier in removed:
                 # The law this child was really drawn from: q without the earlier siblings.
                 conditional_q = _without(conditional_q, earlier)
             removed.clear()
             draft = conditional_q
         else:
-            draft = _check_law(tree.draft_probs(child), f"draft law of node {child}")
-        if draft.shape[0] != residual.shape[0]:
-            raise ValueError(
-                f"draft law of node {child} has {draft.shape[0]} entries, "
-                f"the target law {residual.shape[0]}"
-            )
+            draft = check_law(tree.draft_probs(child), "draft", child, len(residual))
         draft_mass = draft[token]
         if draft_mass == 0:
             accept = False  # cannot have been drawn from this law: reject, never divide by 0
@@ -167,41 +155,3 @@ def _zero(like: np.ndarray) -> Fraction | float:
 
 def _one(like: Fraction | float) -> Fraction | float:
     return Fraction(1) if isinstance(like, Fraction) else 1.0
-
-
-def _node_laws(
-    target_probs: Sequence[np.ndarray] | np.ndarray | torch.Tensor, n_nodes: int
-) -> Sequence[np.ndarray]:
-    if isinstance(target_probs, torch.Tensor):
-        if target_probs.ndim != 2:
-            raise ValueError(f"target_probs tensor must be (N, V), got {tuple(target_probs.shape)}")
-        target_probs = target_probs.detach().to("cpu", torch.float64).numpy()
-    if len(target_probs) != n_nodes:
-        raise ValueError(f"need one target law per tree node ({n_nodes}), got {len(target_probs)}")
-    return list(target_probs)
-
-
-def _check_law(law: np.ndarray | None, what: str) -> np.ndarray:
-    """Validate a law (1-D, non-negative, sums to 1) and return it as float64 or Fraction array."""
-    if law is None:
-        raise ValueError(f"{what} is missing")
-    if isinstance(law, torch.Tensor):
-        law = law.detach().to("cpu", torch.float64).numpy()
-    array = np.asarray(law)
-    if array.ndim != 1 or array.shape[0] == 0:
-        raise ValueError(f"{what} must be a non-empty 1-D array, got shape {array.shape}")
-    if array.dtype == object:
-        if not all(isinstance(v, Fraction) for v in array):
-            array = np.array([Fraction(v) for v in array], dtype=object)
-        total = array.sum()
-        if any(v < 0 for v in array) or total != 1:
-            raise ValueError(f"{what} must be non-negative and sum exactly to 1, sums to {total}")
-        return array
-    if array.dtype != np.float64:
-        array = array.astype(np.float64)
-    if not np.isfinite(array).all() or (array < 0).any():
-        raise ValueError(f"{what} must be finite and non-negative")
-    total = float(array.sum())
-    if abs(total - 1.0) > LAW_SUM_TOLERANCE:
-        raise ValueError(f"{what} must sum to 1 (within {LAW_SUM_TOLERANCE}), sums to {total}")
-    return array

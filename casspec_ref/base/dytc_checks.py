@@ -1,0 +1,62 @@
+"""Argument checks of DyTC's configuration, acceptance estimates and cost curves.
+
+Pure value checks (`casspec_ref.dytc`), each raising a `ValueError` that names the argument, its
+value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+
+def check_dytc_config(cfg: Any) -> None:
+    """Every field of a `DyTCConfig` against its allowed range."""
+    checks = [
+        ("ema_weight", 0.0 < cfg.ema_weight <= 1.0, "in (0, 1]"),
+        ("window", cfg.window >= 1, ">= 1"),
+        ("warmup", cfg.warmup >= 0, ">= 0"),
+        ("prior_alpha", 0.0 <= cfg.prior_alpha <= 1.0, "in [0, 1]"),
+        ("prior_pld_alpha", 0.0 <= cfg.prior_pld_alpha <= 1.0, "in [0, 1]"),
+        ("prior_recycle_alpha", 0.0 <= cfg.prior_recycle_alpha <= 1.0, "in [0, 1]"),
+        ("max_k", cfg.max_k >= 1, ">= 1"),
+        ("max_tree_size", cfg.max_tree_size >= 1, ">= 1"),
+        ("max_depth", cfg.max_depth >= 1, ">= 1"),
+        ("siblings", cfg.siblings >= 1, ">= 1"),
+        ("confidence_weight", 0.0 <= cfg.confidence_weight <= 1.0, "in [0, 1]"),
+        ("min_gain", cfg.min_gain >= 1.0, ">= 1"),
+        ("long_context", cfg.long_context >= 1, ">= 1"),
+        ("cost_weight", 0.0 < cfg.cost_weight <= 1.0, "in (0, 1]"),
+        ("reexplore", 0.0 <= cfg.reexplore < 1.0, "in [0, 1)"),
+        ("explore_fraction", 0.0 <= cfg.explore_fraction < 1.0, "in [0, 1)"),
+        ("explore_horizon", cfg.explore_horizon >= 1, ">= 1"),
+        ("calibration_sizes", all(n >= 1 for n in cfg.calibration_sizes), "sizes >= 1"),
+    ]
+    for name, ok, allowed in checks:
+        if not ok:
+            value = getattr(cfg, name)
+            raise ValueError(f"DyTCConfig.{name}={value!r} is invalid: allowed {allowed}")
+
+
+def check_prior(prior: float) -> None:
+    if not 0.0 <= prior <= 1.0:
+        raise ValueError(f"prior={prior!r} is invalid: allowed is a probability in [0, 1]")
+
+
+def check_outcome(accepted: float) -> None:
+    if not 0.0 <= accepted <= 1.0:
+        raise ValueError(f"an acceptance observation must lie in [0, 1], got {accepted!r}")
+
+
+def check_cost_curve(weight: float, horizon: int) -> None:
+    if not 0.0 < weight <= 1.0:
+        raise ValueError(f"weight={weight!r} is invalid: allowed is in (0, 1]")
+    if horizon < 1:
+        raise ValueError(f"horizon={horizon!r} is invalid: allowed is >= 1")
+
+
+def check_timing(tokens: int, seconds: float) -> None:
+    if tokens < 1:
+        raise ValueError(f"a forward processes >= 1 token, got {tokens!r}")
+    if seconds < 0 or not math.isfinite(seconds):
+        raise ValueError(f"a latency must be a finite number of seconds >= 0, got {seconds!r}")
