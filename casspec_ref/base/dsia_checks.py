@@ -34,12 +34,14 @@ def check_quantize(bits: int, group_size: int | None, width: int) -> int:
     return group
 
 
-def check_quant_kernel(bits: int, weight_bits: int | None, group_size: int | None) -> None:
-    check_bits(bits, "QuantKernel.bits")
-    if weight_bits is not None:
-        check_bits(weight_bits, "QuantKernel.weight_bits")
-    if group_size is not None and group_size < 1:
-        raise ValueError(f"QuantKernel.group_size must be >= 1 or None, got {group_size}")
+def check_quant_kernel(kernel: Any, allowed_names: Sequence[str]) -> None:
+    """A `QuantKernel`'s fields: supported bit widths, a group size >= 1, known linear names."""
+    check_bits(kernel.bits, "QuantKernel.bits")
+    if kernel.weight_bits is not None:
+        check_bits(kernel.weight_bits, "QuantKernel.weight_bits")
+    if kernel.group_size is not None and kernel.group_size < 1:
+        raise ValueError(f"QuantKernel.group_size must be >= 1 or None, got {kernel.group_size}")
+    check_names(kernel.names, allowed_names, "QuantKernel.names")
 
 
 def check_names(names: Iterable[str], allowed: Sequence[str], what: str) -> None:

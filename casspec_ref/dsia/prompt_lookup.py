@@ -58,10 +58,8 @@ class PromptLookup:
         for n, table in self._index.items():
             if i >= n:
                 gram = tuple(self.tokens[i - n : i])
-                if self.config.prefer == "recent":
+                if self.config.prefer == "recent" or gram not in table:  # "first" keeps the first
                     table[gram] = i
-                else:
-                    table.setdefault(gram, i)
         self.tokens.append(token)
 
     def match(self, max_tokens: int | None = None, extra: Sequence[int] = ()) -> PromptLookupMatch:
@@ -74,9 +72,8 @@ class PromptLookup:
         def at(i: int) -> int:
             return committed[i] if i < len(committed) else path[i - len(committed)]
 
-        for n in range(self.config.max_ngram, self.config.min_ngram - 1, -1):
-            if size <= n:
-                continue
+        # Longest first; the last n tokens can only occur earlier if n < size.
+        for n in range(min(self.config.max_ngram, size - 1), self.config.min_ngram - 1, -1):
             gram = tuple(at(i) for i in range(size - n, size))
             found = self._index[n].get(gram)
             # The index does not know continuations that start on the path: search those here.
