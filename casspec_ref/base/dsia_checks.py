@@ -72,17 +72,18 @@ def check_sublayers(sublayers: Iterable[tuple[int, str]]) -> list[tuple[int, str
     return units
 
 
-def check_sparsity_ratio(ratio: float) -> None:
+def skip_count(ratio: float, n_layers: int, available: int) -> int:
+    """The sub-layers a sparsity ``ratio`` skips, ``round(ratio * 2 * n_layers)``, checked: the
+    ratio within [0, 1], the count at most the ``available`` (skippable) sub-layers."""
     if not 0.0 <= ratio <= 1.0:
         raise ValueError(f"sparsity ratio={ratio} must be within [0, 1]")
-
-
-def check_skippable(ratio: float, k: int, available: int) -> None:
+    k = round(ratio * 2 * n_layers)
     if k > available:
         raise ValueError(
             f"sparsity ratio={ratio} asks for {k} skipped sub-layers but only {available} "
             f"are skippable here"
         )
+    return k
 
 
 def check_precision_dtype(dtype: torch.dtype) -> None:

@@ -58,10 +58,6 @@ class QuantKernel:
     def __post_init__(self) -> None:
         check_quant_kernel(self, LINEAR_NAMES)
 
-    def applies(self, layer: int, name: str) -> bool:
-        """Whether this kernel quantizes linear ``name`` of block ``layer``."""
-        return name in self.names and (self.layers is None or layer in self.layers)
-
     def _weight(self, weight: torch.Tensor, layer: int, name: str) -> torch.Tensor:
         """The fake-quantized weight of one linear, cached until that weight tensor changes."""
         stamp = (tuple(weight.shape), weight.dtype, weight.data_ptr())
@@ -80,8 +76,8 @@ class QuantKernel:
         layer: int,
         name: str,
     ) -> torch.Tensor:
-        if not self.applies(layer, name):
-            return exact_linear(x, weight, bias)
+        if name not in self.names or (self.layers is not None and layer not in self.layers):
+            return exact_linear(x, weight, bias)  # a linear this kernel leaves exact
         x2 = x.reshape(-1, x.shape[-1])  # (rows, D_in)
         xq = fake_quant_absmax(x2, self.bits, self.group_size)
         w = weight if self.weight_bits is None else self._weight(weight, layer, name)

@@ -32,12 +32,7 @@ class PromptLookupMatch:
 
 
 class PromptLookup:
-    """Incrementally indexed n-gram lookup over prompt + committed tokens (appends only).
-
-    >>> pld = PromptLookup([5, 6, 7, 8, 5, 6])
-    >>> pld.propose()
-    [7, 8, 5, 6]
-    """
+    """Incrementally indexed n-gram lookup over prompt + committed tokens (appends only)."""
 
     def __init__(
         self, tokens: Iterable[int] = (), config: PromptLookupConfig | None = None
@@ -82,9 +77,8 @@ class PromptLookup:
                 starts = range(max(len(committed), n), size)
                 if self.config.prefer == "recent":
                     starts = starts[::-1]
-                found = next(
-                    (c for c in starts if all(at(c - n + j) == gram[j] for j in range(n))), found
-                )
+                hits = (c for c in starts if all(at(c - n + j) == gram[j] for j in range(n)))
+                found = next(hits, found)
             if found is not None:
                 tokens = tuple(at(i) for i in range(found, min(found + limit, size)))
                 return PromptLookupMatch(tokens, n, found)
