@@ -7,7 +7,7 @@ allowed; the strategies call them so that their own lines stay on the idea.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import torch
 
@@ -16,6 +16,19 @@ SUPPORTED_BITS = (4, 8)
 
 #: Dtypes a precision draft may use.
 DRAFT_DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
+
+
+class _Plan(Protocol):
+    def validate(self, config: Any) -> None: ...
+
+
+P = TypeVar("P", bound=_Plan)
+
+
+def validated(plan: P, config: Any) -> P:
+    """``plan``, once ``plan.validate(config)`` has accepted it (it raises `ValueError` if not)."""
+    plan.validate(config)
+    return plan
 
 
 def check_bits(bits: int, what: str) -> None:
@@ -109,12 +122,15 @@ def check_fields(changes: Iterable[str], fields: Iterable[str]) -> None:
         raise ValueError(f"replace(): unknown ExecutionPlan fields {unknown}")
 
 
-def check_hierarchy(name: str, level_names: Sequence[str]) -> None:
-    """A hierarchy needs at least one level and unique level names."""
+def check_hierarchy(name: str, levels: Sequence[Any], config: Any) -> None:
+    """A hierarchy needs at least one level, unique level names, and valid plans for ``config``."""
+    level_names = [p.name for p in levels]
     if not level_names:
         raise ValueError(f"Hierarchy {name!r} has no levels")
     if len(set(level_names)) != len(level_names):
         raise ValueError(f"Hierarchy {name!r} has duplicate level names {list(level_names)}")
+    for plan in levels:
+        plan.validate(config)
 
 
 def check_lookup_config(min_ngram: int, max_ngram: int, max_proposal: int, prefer: str) -> None:

@@ -78,8 +78,7 @@ class QuantKernel:
     ) -> torch.Tensor:
         if name not in self.names or (self.layers is not None and layer not in self.layers):
             return exact_linear(x, weight, bias)  # a linear this kernel leaves exact
-        x2 = x.reshape(-1, x.shape[-1])  # (rows, D_in)
-        xq = fake_quant_absmax(x2, self.bits, self.group_size)
+        xq = fake_quant_absmax(x.reshape(-1, x.shape[-1]), self.bits, self.group_size)  # (rows, in)
         w = weight if self.weight_bits is None else self._weight(weight, layer, name)
         return exact_linear(xq, w, bias).reshape(*x.shape[:-1], weight.shape[0])  # (..., D_out)
 

@@ -48,6 +48,4 @@ class Hierarchy:
 
     def validate(self, config: ModelConfig) -> None:
         """Every level must be a valid plan for ``config`` and level names must be unique."""
-        check_hierarchy(self.name, [p.name for p in self.levels])
-        for plan in self.levels:
-            plan.validate(config)
+        check_hierarchy(self.name, self.levels, config)

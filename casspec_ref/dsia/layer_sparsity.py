@@ -5,7 +5,7 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Literal
 
-from casspec_ref.base.dsia_checks import check_sublayers, skip_count
+from casspec_ref.base.dsia_checks import check_sublayers, skip_count, validated
 from casspec_ref.config import ModelConfig
 from casspec_ref.plan import ExecutionPlan
 
@@ -21,9 +21,7 @@ def sublayer_plan(
     attn = frozenset(int(layer) for layer, kind in units if kind == "attn")
     mlp = frozenset(int(layer) for layer, kind in units if kind == "mlp")
     label = name if name is not None else f"skip{len(attn) + len(mlp)}"
-    plan = ExecutionPlan(skip_attention=attn, skip_mlp=mlp, name=label)
-    plan.validate(config)
-    return plan
+    return validated(ExecutionPlan(skip_attention=attn, skip_mlp=mlp, name=label), config)
 
 
 def skip_layers_plan(

@@ -58,8 +58,7 @@ class PromptLookup:
         self.tokens.append(token)
 
     def match(self, max_tokens: int | None = None, extra: Sequence[int] = ()) -> PromptLookupMatch:
-        """The proposal for the context followed by ``extra`` (uncommitted tokens such as a tree
-        path, taken as if appended; the index does not change), longest n-gram first."""
+        """The proposal for the context plus ``extra`` (a tree path, which the index leaves out)."""
         limit = proposal_limit(max_tokens, self.config.max_proposal)
         committed, path = self.tokens, list(extra)
         size = len(committed) + len(path)

@@ -18,8 +18,7 @@ class TokenRecycler:
         self.successors: dict[int, tuple[list[int], list[float]]] = {}
 
     def update(self, tokens: Sequence[int], logits: torch.Tensor) -> None:
-        """Record the target's top-`width` next tokens after each of the `tokens` that one
-        target forward fed (a tree's nodes, root first), from its logits ``(len(tokens), V)``."""
+        """Record the top successors of each token that one target forward fed (its logits row)."""
         probs = torch.softmax(logits.float(), dim=-1)  # (N, V)
         values, ids = torch.topk(probs, min(self.width, probs.shape[-1]), dim=-1)  # (N, width)
         for token, succ, prob in zip(tokens, ids.tolist(), values.tolist(), strict=True):
