@@ -18,7 +18,7 @@ class TokenRecycler:
         self.successors: dict[int, tuple[list[int], list[float]]] = {}
 
     def update(self, tokens: Sequence[int], logits: torch.Tensor) -> None:
-        """Record the top successors of each token that one target forward fed (its logits row)."""
+        """Record the top-`width` successors of each token one target forward fed (tree nodes)."""
         probs = torch.softmax(logits.float(), dim=-1)  # (N, V)
         values, ids = torch.topk(probs, min(self.width, probs.shape[-1]), dim=-1)  # (N, width)
         for token, succ, prob in zip(tokens, ids.tolist(), values.tolist(), strict=True):
