@@ -29,6 +29,11 @@ def test_simple_copy() -> None:
     assert pld.match().ngram == 2  # (11, 12) matches; (99, 11, 12) does not
 
 
+def test_the_continuation_is_copied_up_to_the_end_of_the_context() -> None:
+    # The suffix (5, 6) occurred at the start: what followed it, then the suffix itself.
+    assert PromptLookup([5, 6, 7, 8, 5, 6]).propose() == [7, 8, 5, 6]
+
+
 def test_absent_ngram_proposes_nothing() -> None:
     pld = PromptLookup([1, 2, 3, 4])
     m = pld.match()

@@ -7,7 +7,7 @@ allowed; the strategies call them so that their own lines stay on the idea.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import torch
 
@@ -16,6 +16,19 @@ SUPPORTED_BITS = (4, 8)
 
 #: Dtypes a precision draft may use.
 DRAFT_DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
+
+
+class _Plan(Protocol):
+    def validate(self, config: Any) -> None: ...
+
+
+P = TypeVar("P", bound=_Plan)
+
+
+def validated(plan: P, config: Any) -> P:
+    """``plan``, once ``plan.validate(config)`` has accepted it (it raises `ValueError` if not)."""
+    plan.validate(config)
+    return plan
 
 
 def check_bits(bits: int, what: str) -> None:
@@ -34,12 +47,14 @@ def check_quantize(bits: int, group_size: int | None, width: int) -> int:
     return group
 
 
-def check_quant_kernel(bits: int, weight_bits: int | None, group_size: int | None) -> None:
-    check_bits(bits, "QuantKernel.bits")
-    if weight_bits is not None:
-        check_bits(weight_bits, "QuantKernel.weight_bits")
-    if group_size is not None and group_size < 1:
-        raise ValueError(f"QuantKernel.group_size must be >= 1 or None, got {group_size}")
+def check_quant_kernel(kernel: Any, allowed_names: Sequence[str]) -> None:
+    """A `QuantKernel`'s fields: supported bit widths, a group size >= 1, known linear names."""
+    check_bits(kernel.bits, "QuantKernel.bits")
+    if kernel.weight_bits is not None:
+        check_bits(kernel.weight_bits, "QuantKernel.weight_bits")
+    if kernel.group_size is not None and kernel.group_size < 1:
+        raise ValueError(f"QuantKernel.group_size must be >= 1 or None, got {kernel.group_size}")
+    check_names(kernel.names, allowed_names, "QuantKernel.names")
 
 
 def check_names(names: Iterable[str], allowed: Sequence[str], what: str) -> None:
@@ -70,17 +85,18 @@ def check_sublayers(sublayers: Iterable[tuple[int, str]]) -> list[tuple[int, str
     return units
 
 
-def check_sparsity_ratio(ratio: float) -> None:
+def skip_count(ratio: float, n_layers: int, available: int) -> int:
+    """The sub-layers a sparsity ``ratio`` skips, ``round(ratio * 2 * n_layers)``, checked: the
+    ratio within [0, 1], the count at most the ``available`` (skippable) sub-layers."""
     if not 0.0 <= ratio <= 1.0:
         raise ValueError(f"sparsity ratio={ratio} must be within [0, 1]")
-
-
-def check_skippable(ratio: float, k: int, available: int) -> None:
+    k = round(ratio * 2 * n_layers)
     if k > available:
         raise ValueError(
             f"sparsity ratio={ratio} asks for {k} skipped sub-layers but only {available} "
             f"are skippable here"
         )
+    return k
 
 
 def check_precision_dtype(dtype: torch.dtype) -> None:
@@ -106,12 +122,15 @@ def check_fields(changes: Iterable[str], fields: Iterable[str]) -> None:
         raise ValueError(f"replace(): unknown ExecutionPlan fields {unknown}")
 
 
-def check_hierarchy(name: str, level_names: Sequence[str]) -> None:
-    """A hierarchy needs at least one level and unique level names."""
+def check_hierarchy(name: str, levels: Sequence[Any], config: Any) -> None:
+    """A hierarchy needs at least one level, unique level names, and valid plans for ``config``."""
+    level_names = [p.name for p in levels]
     if not level_names:
         raise ValueError(f"Hierarchy {name!r} has no levels")
     if len(set(level_names)) != len(level_names):
         raise ValueError(f"Hierarchy {name!r} has duplicate level names {list(level_names)}")
+    for plan in levels:
+        plan.validate(config)
 
 
 def check_lookup_config(min_ngram: int, max_ngram: int, max_proposal: int, prefer: str) -> None:

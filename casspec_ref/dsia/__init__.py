@@ -1,4 +1,3 @@
-"""DSIA (docs/method.md §2): the target model as a family of virtual draft models. Reading
-order: the strategies, each building an `ExecutionPlan` (`layer_sparsity`, `early_exit`,
-`act_quant`, `precision`); `compose` (hierarchies); `virtual_draft` (running a plan on scratch
-rows of the target's cache); `prompt_lookup` and `recycle` (drafts with no forward)."""
+"""DSIA (docs/method.md §2), the target as a family of virtual drafts. Reading order: the plan
+builders (`layer_sparsity`, `early_exit`, `act_quant`, `precision`), `compose`, `virtual_draft`
+(plans on scratch rows of the target's cache), the forward-free `prompt_lookup` and `recycle`."""

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from casspec_ref.base.dsia_checks import check_names, check_quant_kernel, check_quantize
+from casspec_ref.base.dsia_checks import check_quant_kernel, check_quantize
 from casspec_ref.base.kernels import exact_linear
 from casspec_ref.plan import LINEAR_NAMES, ExecutionPlan
 
@@ -20,8 +20,7 @@ def quantize_absmax(
     group = check_quantize(bits, group_size, width)
     qmax = 2 ** (bits - 1) - 1
     xg = x.reshape(*x.shape[:-1], width // group, group)  # (..., G, width/G)
-    absmax = xg.abs().amax(dim=-1, keepdim=True)  # (..., G, 1)
-    scale = absmax / qmax
+    scale = xg.abs().amax(dim=-1, keepdim=True) / qmax  # absmax / qmax: (..., G, 1)
     # Zero rows: divide by 1 instead of 0 so that q = 0 exactly (no NaN), and keep scale = 0.
     safe = torch.where(scale > 0, scale, torch.ones_like(scale))
     q = torch.clamp(torch.round(xg / safe), -qmax, qmax).to(torch.int8)
@@ -57,23 +56,17 @@ class QuantKernel:
     )
 
     def __post_init__(self) -> None:
-        check_quant_kernel(self.bits, self.weight_bits, self.group_size)
-        check_names(self.names, LINEAR_NAMES, "QuantKernel.names")
-
-    def applies(self, layer: int, name: str) -> bool:
-        """Whether this kernel quantizes linear ``name`` of block ``layer``."""
-        return name in self.names and (self.layers is None or layer in self.layers)
+        check_quant_kernel(self, LINEAR_NAMES)
 
     def _weight(self, weight: torch.Tensor, layer: int, name: str) -> torch.Tensor:
         """The fake-quantized weight of one linear, cached until that weight tensor changes."""
         stamp = (tuple(weight.shape), weight.dtype, weight.data_ptr())
         hit = self._weights.get((layer, name))
-        if hit is not None and hit[1] == stamp:
-            return hit[0]
-        assert self.weight_bits is not None
-        stored = fake_quant_absmax(weight, self.weight_bits)  # (D_out, D_in), per output channel
-        self._weights[(layer, name)] = (stored, stamp)
-        return stored
+        if hit is None or hit[1] != stamp:
+            assert self.weight_bits is not None
+            hit = (fake_quant_absmax(weight, self.weight_bits), stamp)  # per output channel
+            self._weights[(layer, name)] = hit
+        return hit[0]
 
     def __call__(
         self,
@@ -83,13 +76,11 @@ class QuantKernel:
         layer: int,
         name: str,
     ) -> torch.Tensor:
-        if not self.applies(layer, name):
-            return exact_linear(x, weight, bias)
-        lead = x.shape[:-1]
-        x2 = x.reshape(-1, x.shape[-1])  # (rows, D_in)
-        xq = fake_quant_absmax(x2, self.bits, self.group_size)
+        if name not in self.names or (self.layers is not None and layer not in self.layers):
+            return exact_linear(x, weight, bias)  # a linear this kernel leaves exact
+        xq = fake_quant_absmax(x.reshape(-1, x.shape[-1]), self.bits, self.group_size)  # (rows, in)
         w = weight if self.weight_bits is None else self._weight(weight, layer, name)
-        return exact_linear(xq, w, bias).reshape(*lead, weight.shape[0])  # (..., D_out)
+        return exact_linear(xq, w, bias).reshape(*x.shape[:-1], weight.shape[0])  # (..., D_out)
 
 
 def quant_plan(

@@ -16,11 +16,10 @@ def mix(*plans: ExecutionPlan, name: str | None = None) -> ExecutionPlan:
     linears = {id(p.linear): p.linear for p in plans if p.linear is not None}
     dtypes = {p.compute_dtype for p in plans if p.compute_dtype is not None}
     check_mix(len(plans), len(linears), dtypes)
-    exits = [p.exit_after for p in plans if p.exit_after is not None]
     return ExecutionPlan(
         skip_attention=frozenset().union(*(p.skip_attention for p in plans)),
         skip_mlp=frozenset().union(*(p.skip_mlp for p in plans)),
-        exit_after=min(exits) if exits else None,
+        exit_after=min((p.exit_after for p in plans if p.exit_after is not None), default=None),
         linear=next(iter(linears.values()), None),
         compute_dtype=next(iter(dtypes), None),
         name=name if name is not None else "+".join(p.name for p in plans),
@@ -49,6 +48,4 @@ class Hierarchy:
 
     def validate(self, config: ModelConfig) -> None:
         """Every level must be a valid plan for ``config`` and level names must be unique."""
-        check_hierarchy(self.name, [p.name for p in self.levels])
-        for plan in self.levels:
-            plan.validate(config)
+        check_hierarchy(self.name, self.levels, config)

@@ -1,7 +1,7 @@
 """Early exit (docs/method.md §2): run the first ``exit_after`` blocks, then the target's own final
 norm and LM head (no weights added). See docs/dsia.md."""
 
-from casspec_ref.base.dsia_checks import check_exit_after, check_exit_fraction
+from casspec_ref.base.dsia_checks import check_exit_after, check_exit_fraction, validated
 from casspec_ref.config import ModelConfig
 from casspec_ref.plan import ExecutionPlan
 
@@ -9,9 +9,8 @@ from casspec_ref.plan import ExecutionPlan
 def early_exit_plan(config: ModelConfig, exit_after: int, name: str | None = None) -> ExecutionPlan:
     """Run blocks ``[0, exit_after)`` then the shared head; ``exit_after`` in ``1..n_layers``."""
     check_exit_after(exit_after, config.n_layers)
-    plan = ExecutionPlan(exit_after=exit_after, name=name if name else f"exit{exit_after}")
-    plan.validate(config)
-    return plan
+    label = name if name else f"exit{exit_after}"
+    return validated(ExecutionPlan(exit_after=exit_after, name=label), config)
 
 
 def exit_for_fraction(config: ModelConfig, fraction: float) -> int:

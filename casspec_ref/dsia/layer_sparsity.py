@@ -1,12 +1,11 @@
-"""Layer sparsity (docs/method.md §2, as in SWIFT): skip attention and/or MLP sub-layers. A skipped
-sub-layer does not run (a skipped attention writes no K/V); "sparsity" is the fraction of the
-``2 * n_layers`` sub-layers that do not run. See docs/dsia.md."""
+"""Layer sparsity (docs/method.md §2, as in SWIFT): skip attention and/or MLP sub-layers; a skipped
+sub-layer does not run (a skipped attention writes no K/V). See docs/dsia.md."""
 
 import math
 from collections.abc import Iterable, Sequence
 from typing import Literal
 
-from casspec_ref.base.dsia_checks import check_skippable, check_sparsity_ratio, check_sublayers
+from casspec_ref.base.dsia_checks import check_sublayers, skip_count, validated
 from casspec_ref.config import ModelConfig
 from casspec_ref.plan import ExecutionPlan
 
@@ -22,9 +21,7 @@ def sublayer_plan(
     attn = frozenset(int(layer) for layer, kind in units if kind == "attn")
     mlp = frozenset(int(layer) for layer, kind in units if kind == "mlp")
     label = name if name is not None else f"skip{len(attn) + len(mlp)}"
-    plan = ExecutionPlan(skip_attention=attn, skip_mlp=mlp, name=label)
-    plan.validate(config)
-    return plan
+    return validated(ExecutionPlan(skip_attention=attn, skip_mlp=mlp, name=label), config)
 
 
 def skip_layers_plan(
@@ -36,21 +33,13 @@ def skip_layers_plan(
     return sublayer_plan(config, units, name if name is not None else f"skipL{layers}")
 
 
-def _count(config: ModelConfig, ratio: float, available: int) -> int:
-    """How many sub-layers ``ratio`` skips, at most the ``available`` ones."""
-    check_sparsity_ratio(ratio)
-    k = round(ratio * 2 * config.n_layers)
-    check_skippable(ratio, k, available)
-    return k
-
-
 def alternate_skip_plan(
     config: ModelConfig, ratio: float, keep_first: int = 2, keep_last: int = 2
 ) -> ExecutionPlan:
     """Skip ``round(ratio * n_layers)`` whole blocks spread evenly over the middle blocks (the
     naive baseline); the first ``keep_first`` and last ``keep_last`` blocks always run."""
     middle = list(range(keep_first, config.n_layers - keep_last))
-    n_skip = _count(config, ratio, 2 * len(middle)) // 2
+    n_skip = skip_count(ratio, config.n_layers, 2 * len(middle)) // 2
     # Evenly spaced picks: index floor((j + 0.5) * len / n_skip) for j < n_skip.
     picks = sorted({middle[math.floor((j + 0.5) * len(middle) / n_skip)] for j in range(n_skip)})
     return skip_layers_plan(config, picks, name=f"alt{ratio:.2f}")
@@ -61,7 +50,7 @@ def ranked_skip_plan(
 ) -> ExecutionPlan:
     """Skip the first ``round(ratio * 2 * n_layers)`` sub-layers of ``ranking`` (cheapest first):
     one ranking at several ratios gives nested sets (a stronger level skips a superset)."""
-    k = _count(config, ratio, len(ranking))
+    k = skip_count(ratio, config.n_layers, len(ranking))
     return sublayer_plan(config, ranking[:k], name if name is not None else f"ranked{ratio:.2f}")
 
 

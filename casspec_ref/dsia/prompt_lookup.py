@@ -32,12 +32,7 @@ class PromptLookupMatch:
 
 
 class PromptLookup:
-    """Incrementally indexed n-gram lookup over prompt + committed tokens (appends only).
-
-    >>> pld = PromptLookup([5, 6, 7, 8, 5, 6])
-    >>> pld.propose()
-    [7, 8, 5, 6]
-    """
+    """Incrementally indexed n-gram lookup over prompt + committed tokens (appends only)."""
 
     def __init__(
         self, tokens: Iterable[int] = (), config: PromptLookupConfig | None = None
@@ -58,15 +53,12 @@ class PromptLookup:
         for n, table in self._index.items():
             if i >= n:
                 gram = tuple(self.tokens[i - n : i])
-                if self.config.prefer == "recent":
+                if self.config.prefer == "recent" or gram not in table:  # "first" keeps the first
                     table[gram] = i
-                else:
-                    table.setdefault(gram, i)
         self.tokens.append(token)
 
     def match(self, max_tokens: int | None = None, extra: Sequence[int] = ()) -> PromptLookupMatch:
-        """The proposal for the context followed by ``extra`` (uncommitted tokens such as a tree
-        path, taken as if appended; the index does not change), longest n-gram first."""
+        """The proposal for the context plus ``extra`` (a tree path, which the index leaves out)."""
         limit = proposal_limit(max_tokens, self.config.max_proposal)
         committed, path = self.tokens, list(extra)
         size = len(committed) + len(path)
@@ -74,9 +66,8 @@ class PromptLookup:
         def at(i: int) -> int:
             return committed[i] if i < len(committed) else path[i - len(committed)]
 
-        for n in range(self.config.max_ngram, self.config.min_ngram - 1, -1):
-            if size <= n:
-                continue
+        # Longest first; the last n tokens can only occur earlier if n < size.
+        for n in range(min(self.config.max_ngram, size - 1), self.config.min_ngram - 1, -1):
             gram = tuple(at(i) for i in range(size - n, size))
             found = self._index[n].get(gram)
             # The index does not know continuations that start on the path: search those here.
@@ -85,9 +76,8 @@ class PromptLookup:
                 starts = range(max(len(committed), n), size)
                 if self.config.prefer == "recent":
                     starts = starts[::-1]
-                found = next(
-                    (c for c in starts if all(at(c - n + j) == gram[j] for j in range(n))), found
-                )
+                hits = (c for c in starts if all(at(c - n + j) == gram[j] for j in range(n)))
+                found = next(hits, found)
             if found is not None:
                 tokens = tuple(at(i) for i in range(found, min(found + limit, size)))
                 return PromptLookupMatch(tokens, n, found)

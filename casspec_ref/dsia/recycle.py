@@ -18,12 +18,10 @@ class TokenRecycler:
         self.successors: dict[int, tuple[list[int], list[float]]] = {}
 
     def update(self, tokens: Sequence[int], logits: torch.Tensor) -> None:
-        """Record the target's top-`width` next tokens after each of the `tokens` that one
-        target forward fed (a tree's nodes, root first), from its logits ``(len(tokens), V)``."""
+        """Record the top-`width` successors of each token one target forward fed (tree nodes)."""
         probs = torch.softmax(logits.float(), dim=-1)  # (N, V)
-        top = torch.topk(probs, min(self.width, probs.shape[-1]), dim=-1)  # (N, width)
-        ids, values = top.indices.tolist(), top.values.tolist()
-        for token, succ, prob in zip(tokens, ids, values, strict=True):
+        values, ids = torch.topk(probs, min(self.width, probs.shape[-1]), dim=-1)  # (N, width)
+        for token, succ, prob in zip(tokens, ids.tolist(), values.tolist(), strict=True):
             self.successors[int(token)] = (succ, prob)
 
     def alternatives(self, token: int, width: int) -> list[tuple[int, float]]:

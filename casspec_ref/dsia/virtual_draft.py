@@ -24,7 +24,6 @@ class DraftRunner:
         self._rows: list[torch.Tensor] = []  # one (V,) logits row per fed token
         self.forwards = 0  # model forwards run
         self.tokens_fed = 0  # tokens those forwards fed
-        self.reused = 0  # path tokens answered from stored logits, without a forward
 
     def logits(self, plan: ExecutionPlan, path_tokens: Sequence[int]) -> torch.Tensor:
         """Logits ``(len(path_tokens), V)`` of ``plan`` along ``path_tokens`` (the root, i.e. the
@@ -38,7 +37,6 @@ class DraftRunner:
         same = 0
         while same < limit and self._fed[same] == path[same]:
             same += 1
-        self.reused += same
         if same < len(path):
             # Drop scratch rows from the first difference, then feed the rest of the path.
             self.cache.truncate(self.base + same)
