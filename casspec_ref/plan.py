@@ -8,15 +8,13 @@ plan, `ExecutionPlan()`, reproduces the target's logits bit for bit.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
 
 import torch
 
 from casspec_ref.base.model_checks import check_plan
-
-if TYPE_CHECKING:
-    from casspec_ref.config import ModelConfig
+from casspec_ref.config import ModelConfig
 
 #: The names a `LinearKernel` is called with, one per kind of linear layer in the model.
 LINEAR_NAMES = (
@@ -26,15 +24,10 @@ LINEAR_NAMES = (
     "head",
 )  # fmt: skip
 
-
-class LinearKernel(Protocol):
-    """How a linear layer computes ``x @ weight.T + bias`` under a plan; ``layer`` (-1 = LM head)
-    and ``name`` (one of `LINEAR_NAMES`) let a strategy treat, say, all linears but ``mlp_down``."""
-
-    def __call__(
-        self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, layer: int,
-        name: str,
-    ) -> torch.Tensor: ...  # fmt: skip
+#: How a linear layer computes ``x @ weight.T + bias`` under a plan, called as ``kernel(x,
+#: weight, bias, layer, name)``; ``layer`` (-1 = LM head) and ``name`` (one of `LINEAR_NAMES`)
+#: let a strategy treat, say, all linears but ``mlp_down``.
+LinearKernel = Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None, int, str], torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -56,13 +49,8 @@ class ExecutionPlan:
     @property
     def is_identity(self) -> bool:
         """True when the plan runs the target exactly (every sub-layer, exact kernel, own dtype)."""
-        return (
-            not self.skip_attention
-            and not self.skip_mlp
-            and self.exit_after is None
-            and self.linear is None
-            and self.compute_dtype is None
-        )
+        every_block = not self.skip_attention and not self.skip_mlp and self.exit_after is None
+        return every_block and self.linear is None and self.compute_dtype is None
 
     def validate(self, config: ModelConfig) -> None:
         """Raise `ValueError` naming the bad field and the allowed range."""
