@@ -2,8 +2,7 @@
 
 `forward` runs new tokens against a `KVCache` under any boolean attention mask, so a whole token
 tree is verified in one forward (CAS-Spec §4), and under an `ExecutionPlan` (§2), so the target
-and all its virtual drafts are this one object with one set of weights. Families and choices:
-docs/design.md, `model.py`.
+and all its virtual drafts are one object with one set of weights (docs/design.md, `model.py`).
 """
 
 from __future__ import annotations
@@ -38,10 +37,10 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
     return weight * xs.to(x.dtype)
 
 
-def rotate_half(x: Tensor) -> Tensor:
-    """``(x1, x2) -> (-x2, x1)`` on the two halves of the last axis (HF "rotate half")."""
+def rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotary embedding, HF's "rotate half" form: ``x cos + (-x2, x1) sin``, ``x = (x1, x2)``."""
     half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
 
 
 class Transformer(nn.Module):
@@ -72,9 +71,8 @@ class Transformer(nn.Module):
         self.norm = norm(d)
         if not c.tie_embeddings:
             self.head = nn.Linear(d, c.vocab_size, bias=False)
-        # Derived tensors, built on first use and kept until the parameters move or change:
-        # dtype -> (cast sources, their fingerprint, weights) (`weights_in`);
-        # (dtype, device) -> (arange(max_seq_len), rotary cos, sin) (`_tables`).
+        # Derived tensors, built on first use, kept until the parameters move or change: per dtype
+        # `weights_in`'s (cast sources, fingerprint, weights), per (dtype, device) `_tables`.
         self._derived: dict[Any, Any] = {}
         #: The loader's draft hierarchy for this checkpoint; None = `speculative.default_drafts`.
         self.preset_drafts: tuple[ExecutionPlan, ...] | None = None
@@ -112,13 +110,12 @@ class Transformer(nn.Module):
         key = (dtype, device)
         if key not in self._derived:
             c = self.config
-            index = torch.arange(c.max_seq_len, device=device)
             half = c.head_dim // 2
             inv_freq = c.rope_theta ** (-torch.arange(half, dtype=torch.float64) * 2 / c.head_dim)
             angles = torch.outer(torch.arange(c.max_seq_len, dtype=torch.float64), inv_freq)
             angles = torch.cat((angles, angles), dim=-1)  # (max_seq_len, D_head)
             cos, sin = angles.cos().to(device, dtype), angles.sin().to(device, dtype)
-            self._derived[key] = (index, cos, sin)
+            self._derived[key] = (torch.arange(c.max_seq_len, device=device), cos, sin)
         return self._derived[key]
 
     @torch.no_grad()
@@ -127,7 +124,8 @@ class Transformer(nn.Module):
         attn_mask: Tensor | None = None, plan: ExecutionPlan | None = None, *,
         last_only: bool = False,
     ) -> Tensor:  # fmt: skip
-        """Run ``T`` new tokens; return their logits. Values are trusted (see `validate_inputs`).
+        """Run ``T`` new tokens; return their logits ``(B, T, V)`` (or ``(B, 1, V)``) in the
+        compute dtype. Values are trusted (see `validate_inputs`).
 
         Args:
             tokens: ``(B, T)`` integer token ids.
@@ -139,8 +137,6 @@ class Transformer(nn.Module):
                 ``i`` attend to key ``j``. ``None`` = causal.
             plan: the execution plan; ``None`` (or the identity plan) runs the target exactly.
             last_only: compute logits for the last position only (returns ``(B, 1, V)``).
-        Returns:
-            logits ``(B, T, V)`` (or ``(B, 1, V)``), in the compute dtype.
         """
         c = self.config
         past = check_forward_shapes(c, tokens, positions, cache, attn_mask)
@@ -184,11 +180,10 @@ class Transformer(nn.Module):
         return linear(x, head, None, -1, "head", plan)  # (B, T, V)
 
     def _norm(self, x: Tensor, w: dict[str, Tensor], name: str) -> Tensor:
-        if self.config.family == "llama":
-            return rms_norm(x, w[name + ".weight"], self.config.norm_eps)
-        return F.layer_norm(
-            x, (x.shape[-1],), w[name + ".weight"], w[name + ".bias"], self.config.norm_eps
-        )
+        c = self.config
+        if c.family == "llama":
+            return rms_norm(x, w[name + ".weight"], c.norm_eps)
+        return F.layer_norm(x, x.shape[-1:], w[name + ".weight"], w[name + ".bias"], c.norm_eps)
 
     def _mlp(
         self, h: Tensor, w: dict[str, Tensor], p: str, layer: int, plan: ExecutionPlan
@@ -218,8 +213,7 @@ class Transformer(nn.Module):
         k = k.view(n_batch, n_new, c.n_kv_heads, c.head_dim).transpose(1, 2)  # (B, Hkv, T, Dh)
         v = v.view(n_batch, n_new, c.n_kv_heads, c.head_dim).transpose(1, 2)  # (B, Hkv, T, Dh)
         if c.family == "llama":
-            q = q * cos + rotate_half(q) * sin
-            k = k * cos + rotate_half(k) * sin
+            q, k = rope(q, cos, sin), rope(k, cos, sin)
         if cache is not None:
             k, v = cache.write(layer, k, v)  # (B, Hkv, S, Dh) views of the cache
             if k.dtype != q.dtype:  # a draft in another precision reads the target's cache
