@@ -7,8 +7,6 @@ and all its virtual drafts are one object with one set of weights (docs/design.m
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -73,7 +71,7 @@ class Transformer(nn.Module):
             self.head = nn.Linear(d, c.vocab_size, bias=False)
         # Derived tensors, built on first use, kept until the parameters move or change: per dtype
         # `weights_in`'s (cast sources, fingerprint, weights), per (dtype, device) `_tables`.
-        self._derived: dict[Any, Any] = {}
+        self._derived: dict[object, tuple] = {}
         #: The loader's draft hierarchy for this checkpoint; None = `speculative.default_drafts`.
         self.preset_drafts: tuple[ExecutionPlan, ...] | None = None
 
@@ -228,20 +226,18 @@ class Transformer(nn.Module):
         self, tokens: Tensor, positions: Tensor | None = None, cache: KVCache | None = None,
         attn_mask: Tensor | None = None, plan: ExecutionPlan | None = None,
     ) -> None:  # fmt: skip
-        """Check a forward's arguments completely, values and plan included (reads tensors back
-        to the host): call it once where inputs enter, as the generation loops do."""
+        """Check a forward's arguments fully, values and plan too (a host sync): once, at entry."""
         check_forward_inputs(self.config, tokens, positions, cache, attn_mask, plan)
 
     def _attention_bias(
-        self, attn_mask: Tensor | None, n_new: int, past: int, dtype: torch.dtype,
-        device: torch.device,
-    ) -> Tensor | None:  # fmt: skip
+        self, mask: Tensor | None, n_new: int, past: int, dtype: torch.dtype, device: torch.device
+    ) -> Tensor | None:
         """The mask as attention's additive bias (0 = may attend, -inf = not), tiled once per
         forward for the G query heads folded into each KV head: ``(T, S) -> (G*T, S)``. No mask
         is causal (new token ``i`` sees keys ``0..past + i``), and needs no bias when T == 1."""
-        if attn_mask is not None:
-            bias = torch.zeros(attn_mask.shape, dtype=dtype, device=attn_mask.device)
-            bias.masked_fill_(~attn_mask, float("-inf"))
+        if mask is not None:
+            bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
+            bias.masked_fill_(~mask, float("-inf"))
         elif n_new > 1:
             bias = torch.full((n_new, past + n_new), float("-inf"), dtype=dtype, device=device)
             bias.triu_(past + 1)  # -inf only on the keys after each token's own position

@@ -24,9 +24,8 @@ LINEAR_NAMES = (
     "head",
 )  # fmt: skip
 
-#: How a linear layer computes ``x @ weight.T + bias`` under a plan, called as ``kernel(x,
-#: weight, bias, layer, name)``; ``layer`` (-1 = LM head) and ``name`` (one of `LINEAR_NAMES`)
-#: let a strategy treat, say, all linears but ``mlp_down``.
+#: How a plan computes a linear layer's ``x @ weight.T + bias``: ``kernel(x, weight, bias, layer,
+#: name)``, ``layer`` -1 for the LM head; ``name`` (`LINEAR_NAMES`) lets a strategy pick linears.
 LinearKernel = Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None, int, str], torch.Tensor]
 
 
@@ -40,8 +39,7 @@ class ExecutionPlan:
     skip_mlp: frozenset[int] = field(default_factory=frozenset)
     # Early exit: run blocks [0, exit_after), then the shared final norm and head (None = all).
     exit_after: int | None = None
-    # The kernel every linear layer goes through (None = the exact kernel).
-    linear: LinearKernel | None = None
+    linear: LinearKernel | None = None  # the kernel every linear layer goes through (None = exact)
     # Run in this dtype on weight copies the model casts once (None = the model's own dtype).
     compute_dtype: torch.dtype | None = None
     name: str = "target"  # a label for statistics and plots
@@ -57,5 +55,4 @@ class ExecutionPlan:
         check_plan(self, config.n_layers)
 
 
-#: The target itself.
-IDENTITY = ExecutionPlan()
+IDENTITY = ExecutionPlan()  # the target itself
