@@ -47,20 +47,18 @@ class ModelConfig:
 
 def tiny_llama(**overrides: Any) -> ModelConfig:
     """A tiny Llama-family config for tests (GQA with 2 query heads per KV head, untied head)."""
-    base = ModelConfig(
+    return replace(ModelConfig(
         family="llama", vocab_size=61, n_layers=3, d_model=32, n_heads=4, n_kv_heads=2, d_ff=48,
         max_seq_len=64, tie_embeddings=False, bos_id=1, eos_ids=(2,),
-    )  # fmt: skip
-    return replace(base, **overrides)
+    ), **overrides)  # fmt: skip
 
 
 def tiny_gpt2(**overrides: Any) -> ModelConfig:
     """A tiny GPT-2-family config for tests (tied head, biases everywhere)."""
-    base = ModelConfig(
+    return replace(ModelConfig(
         family="gpt2", vocab_size=53, n_layers=3, d_model=32, n_heads=4, n_kv_heads=4, d_ff=64,
         max_seq_len=64, tie_embeddings=True, attention_bias=True, bos_id=None, eos_ids=(0,),
-    )  # fmt: skip
-    return replace(base, **overrides)
+    ), **overrides)  # fmt: skip
 
 
 def smollm2_135m() -> ModelConfig:

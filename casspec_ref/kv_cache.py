@@ -13,8 +13,9 @@ import copy
 from collections.abc import Sequence
 
 import torch
+from torch import Tensor
 
-from casspec_ref.base.model_checks import check_cache_write, check_commit, check_kv_cache
+from casspec_ref.base import model_checks
 from casspec_ref.config import ModelConfig
 
 
@@ -25,7 +26,7 @@ class KVCache:
         self, config: ModelConfig, max_len: int, dtype: torch.dtype = torch.float32,
         device: torch.device | str = "cpu", batch: int = 1,
     ) -> None:  # fmt: skip
-        check_kv_cache(config, max_len, dtype, batch)
+        model_checks.check_kv_cache(config, max_len, dtype, batch)
         self.config = config
         self.max_len = max_len
         shape = (config.n_layers, batch, config.n_kv_heads, max_len, config.head_dim)
@@ -33,9 +34,7 @@ class KVCache:
         self.v = torch.zeros(shape, dtype=dtype, device=device)  # (L, B, H_kv, max_len, D_head)
         self.length = 0
 
-    def write(
-        self, layer: int, k_new: torch.Tensor, v_new: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def write(self, layer: int, k_new: Tensor, v_new: Tensor) -> tuple[Tensor, Tensor]:
         """Write one layer's new rows ``(B, H_kv, T, D_head)`` at ``[length, length + T)`` and
         return views of its rows ``[0, length + T)`` (no copy of the history). ``length`` does
         not move: the model calls `advance` once per forward."""
@@ -47,7 +46,7 @@ class KVCache:
             or v_new.shape != k_new.shape
             or self.length + k_new.shape[2] > self.max_len
         ):
-            check_cache_write(self, layer, k_new, v_new)  # raises, naming what is wrong
+            model_checks.check_cache_write(self, layer, k_new, v_new)  # raises, naming the fault
         end = self.length + k_new.shape[2]
         self.k[layer, :, :, self.length : end] = k_new
         self.v[layer, :, :, self.length : end] = v_new
@@ -56,19 +55,12 @@ class KVCache:
     def advance(self, n: int) -> None:
         """Mark ``n`` more rows as part of the cached sequence."""
         if n < 0 or self.length + n > self.max_len:
-            raise ValueError(
-                f"KVCache.advance({n}): length {self.length} + {n} must stay within "
-                f"0..max_len={self.max_len}"
-            )
+            model_checks.check_advance(self, n)  # raises
         self.length += n
 
     def truncate(self, n: int) -> None:
         """Forget every row from ``n`` on (draft scratch rows, a rejected suffix)."""
-        if not 0 <= n <= self.length:
-            raise ValueError(
-                f"KVCache.truncate({n}): allowed are 0..length={self.length} "
-                "(truncate cannot grow the cache)"
-            )
+        model_checks.check_truncate(n, self.length)
         self.length = n
 
     def commit(self, base: int, keep: Sequence[int]) -> None:
@@ -76,7 +68,7 @@ class KVCache:
         the accepted path's flattened tree indices, root first), compacted in order into
         ``[base, base + len(keep))``, which becomes the new ``length``."""
         keep = [int(i) for i in keep]
-        check_commit(base, keep, self.length)
+        model_checks.check_commit(base, keep, self.length)
         # Identity prefix (the usual case: the accepted path is the first rows) needs no copy.
         if keep != list(range(len(keep))):
             src = torch.tensor(keep, device=self.k.device) + base

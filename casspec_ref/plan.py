@@ -8,15 +8,13 @@ plan, `ExecutionPlan()`, reproduces the target's logits bit for bit.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
 
 import torch
 
 from casspec_ref.base.model_checks import check_plan
-
-if TYPE_CHECKING:
-    from casspec_ref.config import ModelConfig
+from casspec_ref.config import ModelConfig
 
 #: The names a `LinearKernel` is called with, one per kind of linear layer in the model.
 LINEAR_NAMES = (
@@ -26,15 +24,9 @@ LINEAR_NAMES = (
     "head",
 )  # fmt: skip
 
-
-class LinearKernel(Protocol):
-    """How a linear layer computes ``x @ weight.T + bias`` under a plan; ``layer`` (-1 = LM head)
-    and ``name`` (one of `LINEAR_NAMES`) let a strategy treat, say, all linears but ``mlp_down``."""
-
-    def __call__(
-        self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, layer: int,
-        name: str,
-    ) -> torch.Tensor: ...  # fmt: skip
+#: How a plan computes a linear layer's ``x @ weight.T + bias``: ``kernel(x, weight, bias, layer,
+#: name)``, ``layer`` -1 for the LM head; ``name`` (`LINEAR_NAMES`) lets a strategy pick linears.
+LinearKernel = Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None, int, str], torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -47,8 +39,7 @@ class ExecutionPlan:
     skip_mlp: frozenset[int] = field(default_factory=frozenset)
     # Early exit: run blocks [0, exit_after), then the shared final norm and head (None = all).
     exit_after: int | None = None
-    # The kernel every linear layer goes through (None = the exact kernel).
-    linear: LinearKernel | None = None
+    linear: LinearKernel | None = None  # the kernel every linear layer goes through (None = exact)
     # Run in this dtype on weight copies the model casts once (None = the model's own dtype).
     compute_dtype: torch.dtype | None = None
     name: str = "target"  # a label for statistics and plots
@@ -56,18 +47,12 @@ class ExecutionPlan:
     @property
     def is_identity(self) -> bool:
         """True when the plan runs the target exactly (every sub-layer, exact kernel, own dtype)."""
-        return (
-            not self.skip_attention
-            and not self.skip_mlp
-            and self.exit_after is None
-            and self.linear is None
-            and self.compute_dtype is None
-        )
+        every_block = not self.skip_attention and not self.skip_mlp and self.exit_after is None
+        return every_block and self.linear is None and self.compute_dtype is None
 
     def validate(self, config: ModelConfig) -> None:
         """Raise `ValueError` naming the bad field and the allowed range."""
         check_plan(self, config.n_layers)
 
 
-#: The target itself.
-IDENTITY = ExecutionPlan()
+IDENTITY = ExecutionPlan()  # the target itself

@@ -113,6 +113,24 @@ def check_cache_write(cache: Any, layer: int, k_new: torch.Tensor, v_new: torch.
         )
 
 
+def check_advance(cache: Any, n: int) -> None:
+    """`KVCache.advance`'s argument: the new length stays within ``0..max_len``."""
+    if n < 0 or cache.length + n > cache.max_len:
+        raise ValueError(
+            f"KVCache.advance({n}): length {cache.length} + {n} must stay within "
+            f"0..max_len={cache.max_len}"
+        )
+
+
+def check_truncate(n: int, length: int) -> None:
+    """`KVCache.truncate`'s argument: a length the cache already has."""
+    if not 0 <= n <= length:
+        raise ValueError(
+            f"KVCache.truncate({n}): allowed are 0..length={length} "
+            "(truncate cannot grow the cache)"
+        )
+
+
 def check_commit(base: int, keep: Sequence[int], length: int) -> None:
     """`KVCache.commit`'s arguments: ``base`` within the cache, ``keep`` strictly ascending and
     within the rows after ``base``."""
