@@ -258,10 +258,8 @@ class StepDrafter:
             if self.room(node) < 1:
                 break
             grown.append((self.add_node(node, token, NodeInfo(RECYCLE, rank == 0)), node, prob))
-        chain, siblings = grown[:1], grown[1:]
-        for token, prob in walk if chain else []:
-            parent = chain[-1][0]
-            if self.room(parent) < 1:
-                break
-            chain.append((self.add_node(parent, token, NodeInfo(RECYCLE, True)), parent, prob))
-        return chain + siblings
+        if not grown:
+            return []
+        nodes = self.add_chain(grown[0][0], [token for token, _ in walk], RECYCLE)
+        chain = [(child, self.tree.parent(child), walk[i][1]) for i, child in enumerate(nodes)]
+        return grown[:1] + chain + grown[1:]
