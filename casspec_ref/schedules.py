@@ -84,9 +84,7 @@ class DyTC(Schedule):
             for node, info in enumerate(drafter.info)
             if node > 0 and info.primary and drafter.tree.parent(node) in on_path
         ]
-        timings = {
-            name: (drafter.calls.get(name, 0), seconds) for name, seconds in drafter.spent.items()
-        }
+        timings = {name: (drafter.calls[name], t) for name, t in drafter.spent.items()}
         self.policy.observe_step(tested, len(drafter.tree), verify_seconds, timings)
 
 

@@ -175,18 +175,16 @@ def speculative_step(state: Decoding) -> VerifyResult:
     stats["accepted_lengths"].append(len(result.accepted))
     stats["tree_sizes"].append(len(tree))
     stats["branching_steps"] += int(any(len(tree.children(n)) > 1 for n in range(len(tree))))
-    stats["proposed"].update(info.source for info in drafter.info[1:])
-    stats["accepted"].update(drafter.info[node].source for node in result.accepted)
+    sources = [info.source for info in drafter.info]
+    stats["proposed"].update(sources[1:])
+    stats["accepted"].update(sources[node] for node in result.accepted)
     if state.on_step is not None:
-        sources = [info.source for info in drafter.info]
         prefix = state.prompt + state.tokens + result.accepted_tokens
         state.on_step(StepTrace(stats["steps"], tree, sources, result, prefix, state.cache))
-    for token in result.emitted:
+    for token in result.emitted:  # a stop token the verifier accepted is emitted last
         state.emit(token)
         if state.done:
             break
-    if result.stopped:
-        state.done = state.stopped = True
     return result
 
 
@@ -206,8 +204,7 @@ def start_decoding(
     options = options or {}
     policy = options.get("policy")
     dytc_config = policy.config if policy is not None else options.get("dytc", DyTCConfig())
-    if not isinstance(dytc_config, DyTCConfig):
-        raise ValueError("options dytc and schedule must be DyTCConfig and ScheduleOptions")
+    checks.check_option_type(dytc_config, DyTCConfig)
     kind = SCHEDULES[method]
     if drafts is None:
         drafts = default_drafts(model)
