@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -65,16 +65,14 @@ class StepDrafter:
     max_depth: int
     clock: Callable[[], float] = time.perf_counter  # injectable: DyTC's decisions read it
     recycler: TokenRecycler | None = None
-    spent: dict[str, float] = field(default_factory=dict, init=False)  # seconds per draft
-    calls: dict[str, int] = field(default_factory=dict, init=False)  # calls per draft
-    _lookups: dict[int, list[int]] = field(default_factory=dict, init=False)
-    _laws: dict[tuple[str, int], tuple[np.ndarray | None, np.ndarray]] = field(
-        default_factory=dict, init=False
-    )
 
     def __post_init__(self) -> None:
         self.tree = DraftTree(self.root_token)
         self.info: list[NodeInfo] = [NodeInfo("root", True)]
+        self.spent: dict[str, float] = {}  # seconds per draft
+        self.calls: dict[str, int] = {}  # calls per draft
+        self._lookups: dict[int, list[int]] = {}
+        self._laws: dict[tuple[str, int], tuple[np.ndarray | None, np.ndarray]] = {}
 
     def size(self) -> int:
         return len(self.tree)
@@ -258,10 +256,8 @@ class StepDrafter:
             if self.room(node) < 1:
                 break
             grown.append((self.add_node(node, token, NodeInfo(RECYCLE, rank == 0)), node, prob))
-        chain, siblings = grown[:1], grown[1:]
-        for token, prob in walk if chain else []:
-            parent = chain[-1][0]
-            if self.room(parent) < 1:
-                break
-            chain.append((self.add_node(parent, token, NodeInfo(RECYCLE, True)), parent, prob))
-        return chain + siblings
+        if not grown:
+            return []
+        nodes = self.add_chain(grown[0][0], [token for token, _ in walk], RECYCLE)
+        chain = [(child, self.tree.parent(child), walk[i][1]) for i, child in enumerate(nodes)]
+        return grown[:1] + chain + grown[1:]

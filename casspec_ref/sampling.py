@@ -12,7 +12,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import torch
 
-from casspec_ref.base.input_checks import check_law, check_logits, check_probability
+from casspec_ref.base import input_checks as checks
 
 
 def target_law(
@@ -20,7 +20,7 @@ def target_law(
 ) -> torch.Tensor:
     """The processed law p over the last axis of ``logits`` (float64, same leading shape):
     temperature, then top-k, then top-p. ``logits`` may hold ``-inf``, not NaN or ``+inf``."""
-    x = check_logits(logits, temperature, top_k, top_p)
+    x = checks.check_logits(logits, temperature, top_k, top_p)
     if temperature == 0:
         # torch.argmax returns the first maximal index: ties go to the lowest token id.
         best = x.argmax(dim=-1, keepdim=True)  # (..., 1)
@@ -59,8 +59,7 @@ class TorchRandomSource:
     whose result is certain consumes none: greedy decoding uses no randomness at all."""
 
     def __init__(self, seed: int | None = None, generator: torch.Generator | None = None) -> None:
-        if seed is not None and generator is not None:
-            raise ValueError("give either seed or generator, not both")
+        checks.check_seed_or_generator(seed, generator)
         if generator is None:
             generator = torch.Generator(device="cpu")
             if seed is not None:
@@ -71,7 +70,7 @@ class TorchRandomSource:
         return float(torch.rand((), generator=self.generator, dtype=torch.float64))
 
     def bernoulli(self, prob: float | Fraction) -> bool:
-        p = check_probability(prob)
+        p = checks.check_probability(prob)
         if p == 0.0:
             return False
         if p == 1.0:
@@ -79,10 +78,8 @@ class TorchRandomSource:
         return self._uniform() < p
 
     def categorical(self, probs: np.ndarray) -> int:
-        weights = check_law(probs)  # (V,) float64
+        weights = checks.check_law(probs)  # (V,) float64, with some mass
         nonzero = np.flatnonzero(weights)
-        if nonzero.size == 0:
-            raise ValueError("categorical law has no mass")
         if nonzero.size == 1:
             return int(nonzero[0])
         cumulative = np.cumsum(weights)  # (V,)

@@ -35,8 +35,7 @@ class Schedule:
     uses_recycler = False  # its steps keep a table of recycled tokens
     max_nodes = 64  # the largest tree one step may draft
 
-    @classmethod
-    def from_spec(cls, spec: ScheduleSpec) -> Schedule:
+    def __init__(self, spec: ScheduleSpec) -> None:
         raise NotImplementedError
 
     def build(self, drafter: StepDrafter) -> None:
@@ -53,26 +52,15 @@ class DyTC(Schedule):
     name = "cas-spec"
     uses_recycler = True
 
-    def __init__(
-        self,
-        levels: Sequence[str],
-        n_layers: int,
-        config: DyTCConfig | None = None,
-        policy: DyTCPolicy | None = None,
-    ):
-        self.level_names = list(levels)
-        if policy is None:
-            policy = DyTCPolicy(self.level_names, config if config is not None else DyTCConfig())
+    def __init__(self, spec: ScheduleSpec) -> None:
+        self.level_names = list(spec.levels)
         # A caller-owned policy carries its estimates across generations (updated in place).
-        check_policy_knows(policy.drafts, self.level_names)
+        policy = spec.policy if spec.policy is not None else DyTCPolicy(self.level_names, spec.dytc)
         self.policy = policy
+        check_policy_knows(policy.drafts, self.level_names)
         self.config = policy.config
-        self.n_layers = n_layers
+        self.n_layers = spec.n_layers
         self.max_nodes = self.config.max_tree_size
-
-    @classmethod
-    def from_spec(cls, spec: ScheduleSpec) -> Schedule:
-        return cls(spec.levels, spec.n_layers, spec.dytc, spec.policy)
 
     def build(self, drafter: StepDrafter) -> None:
         if not self.policy.ready():
@@ -96,23 +84,17 @@ class DyTC(Schedule):
             for node, info in enumerate(drafter.info)
             if node > 0 and info.primary and drafter.tree.parent(node) in on_path
         ]
-        timings = {
-            name: (drafter.calls.get(name, 0), seconds) for name, seconds in drafter.spent.items()
-        }
+        timings = {name: (drafter.calls[name], t) for name, t in drafter.spent.items()}
         self.policy.observe_step(tested, len(drafter.tree), verify_seconds, timings)
 
 
-#: Method name -> schedule class: DyTC, and the baselines `casspec_ref/__init__.py` registers.
+#: Method name -> schedule class: DyTC, and the baselines (`casspec_ref.baselines` adds them
+#: when `casspec_ref/__init__.py` imports it).
 SCHEDULES: dict[str, type[Schedule]] = {DyTC.name: DyTC}
-
-
-def register(schedule: type[Schedule]) -> None:
-    """Make a schedule class known under its ``name`` (to `make_schedule` and the CLI)."""
-    SCHEDULES[schedule.name] = schedule
 
 
 def make_schedule(method: str, spec: ScheduleSpec) -> Schedule:
     """The schedule of a method name (`casspec_ref.speculative.METHODS`, "ar" excluded)."""
     if method not in SCHEDULES:
         raise ValueError(f"unknown method {method!r}: allowed are {sorted(SCHEDULES)}")
-    return SCHEDULES[method].from_spec(spec)
+    return SCHEDULES[method](spec)

@@ -120,10 +120,9 @@ def prefill(state: Decoding) -> None:
 def draft_tree(state: Decoding) -> StepDrafter:
     """Step part 1: the schedule drafts a tree whose root is the last committed token."""
     t0 = state.clock()
-    cache, base = state.cache, state.cache.length
-    room = cache.max_len - base
+    room = state.cache.max_len - state.cache.length
     remaining = state.max_new_tokens - len(state.tokens)
-    runner = DraftRunner(state.model, cache)
+    runner = DraftRunner(state.model, state.cache)
     drafter = StepDrafter(
         state.tokens[-1], state.pld.tokens, runner, state.pld, state.levels, state.sampling,
         state.rng, max_nodes=min(state.schedule.max_nodes, room),
@@ -176,18 +175,16 @@ def speculative_step(state: Decoding) -> VerifyResult:
     stats["accepted_lengths"].append(len(result.accepted))
     stats["tree_sizes"].append(len(tree))
     stats["branching_steps"] += int(any(len(tree.children(n)) > 1 for n in range(len(tree))))
-    stats["proposed"].update(info.source for info in drafter.info[1:])
-    stats["accepted"].update(drafter.info[node].source for node in result.accepted)
+    sources = [info.source for info in drafter.info]
+    stats["proposed"].update(sources[1:])
+    stats["accepted"].update(sources[node] for node in result.accepted)
     if state.on_step is not None:
-        sources = [info.source for info in drafter.info]
         prefix = state.prompt + state.tokens + result.accepted_tokens
         state.on_step(StepTrace(stats["steps"], tree, sources, result, prefix, state.cache))
-    for token in result.emitted:
+    for token in result.emitted:  # a stop token the verifier accepted is emitted last
         state.emit(token)
         if state.done:
             break
-    if result.stopped:
-        state.done = state.stopped = True
     return result
 
 
@@ -207,19 +204,16 @@ def start_decoding(
     options = options or {}
     policy = options.get("policy")
     dytc_config = policy.config if policy is not None else options.get("dytc", DyTCConfig())
-    if not isinstance(dytc_config, DyTCConfig):
-        raise ValueError("options dytc and schedule must be DyTCConfig and ScheduleOptions")
+    checks.check_option_type(dytc_config, DyTCConfig)
     kind = SCHEDULES[method]
-    if not kind.uses_levels:
-        levels: tuple[ExecutionPlan, ...] = ()
-    elif drafts is None:
-        levels = default_drafts(model)
-    else:
-        levels = drafts.levels if isinstance(drafts, Hierarchy) else tuple(drafts)
+    if drafts is None:
+        drafts = default_drafts(model)
+    plans = drafts.levels if isinstance(drafts, Hierarchy) else drafts
+    levels = tuple(plans) if kind.uses_levels else ()
     checks.check_draft_levels(levels, ExecutionPlan, model.config, FREE_DRAFTS)
     names = [p.name for p in levels]
     spec = ScheduleSpec(names, model.config.n_layers, dytc_config, policy, options.get("schedule"))
-    schedule = kind.from_spec(spec)
+    schedule = kind(spec)
     param = next(model.parameters())
     total = len(prompt) + max_new_tokens + max(schedule.max_nodes, 64) + 1
     cache = KVCache(model.config, min(model.config.max_seq_len, total), param.dtype, param.device)
@@ -257,15 +251,8 @@ def generate_speculative(
 ) -> GenerationResult:
     """Generate with speculative decoding; the output law equals `generate_ar`'s.
 
-    Args:
-        model: a `Transformer`.
-        prompt_ids: the prompt token ids (non-empty).
-        max_new_tokens: how many tokens to generate at most (>= 0).
+    Args (those `generate_ar` also takes mean the same there):
         method: one of `METHODS`.
-        temperature, top_k, top_p: the sampling transforms (temperature 0 = greedy).
-        seed, rng: where the randomness comes from (give at most one).
-        stop_ids: generation stops after emitting one of these.
-        on_token: called with each emitted token, in order.
         drafts: the DSIA hierarchy, cheapest level first (default: `default_drafts(model)`).
         on_step: called with a `StepTrace` after every step.
         options: `dytc=DyTCConfig(...)`, `schedule=ScheduleOptions(...)` (the baselines'),

@@ -51,15 +51,23 @@ def check_logits(
 
 
 def check_law(probs: object) -> np.ndarray:
-    """A categorical law: a non-empty 1-D array of finite, non-negative weights; returned as
-    float64."""
+    """A categorical law: a non-empty 1-D array of finite, non-negative weights with some mass;
+    returned as float64."""
     law = np.asarray(probs)
     if law.ndim != 1 or law.shape[0] == 0:
         raise ValueError(f"categorical needs a non-empty 1-D law, got shape {law.shape}")
     weights = law.astype(np.float64)
     if (weights < 0).any() or not np.isfinite(weights).all():
         raise ValueError("categorical law has negative or non-finite entries")
+    if not weights.any():
+        raise ValueError("categorical law has no mass")
     return weights
+
+
+def check_seed_or_generator(seed: object, generator: object) -> None:
+    """A random source is seeded by at most one of ``seed`` and ``generator``."""
+    if seed is not None and generator is not None:
+        raise ValueError("give either seed or generator, not both")
 
 
 def check_probability(prob: object) -> float:
@@ -174,6 +182,12 @@ def check_options(options: Iterable[str], allowed: set[str]) -> None:
     unknown = sorted(set(options) - allowed)
     if unknown:
         raise ValueError(f"unknown options {unknown}: allowed are {sorted(allowed)}")
+
+
+def check_option_type(value: object, allowed: type) -> None:
+    """`generate_speculative`'s ``dytc`` and ``schedule`` options must be their config types."""
+    if not isinstance(value, allowed):
+        raise ValueError("options dytc and schedule must be DyTCConfig and ScheduleOptions")
 
 
 def check_draft_levels(

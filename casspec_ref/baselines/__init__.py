@@ -4,9 +4,8 @@ the CLI know their method names; `casspec_ref/__init__.py` imports it."""
 
 from casspec_ref.baselines.drafting import draft_chain, review
 from casspec_ref.baselines.schedules import BASELINES, ScheduleOptions
-from casspec_ref.schedules import register
+from casspec_ref.schedules import SCHEDULES
 
-for _baseline in BASELINES:
-    register(_baseline)
+SCHEDULES.update((baseline.name, baseline) for baseline in BASELINES)
 
 __all__ = ["BASELINES", "ScheduleOptions", "draft_chain", "review"]

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
+from casspec_ref.base.input_checks import check_option_type
 from casspec_ref.baselines.drafting import draft_chain, review
 from casspec_ref.draft import StepDrafter
 from casspec_ref.dytc import PLD, RECYCLE
@@ -46,16 +47,12 @@ class ScheduleOptions:
 class Baseline(Schedule):
     """A fixed schedule, parameterized by `ScheduleOptions` (``spec.options``)."""
 
-    def __init__(self, options: ScheduleOptions | None = None) -> None:
-        self.options = options if options is not None else ScheduleOptions()
-
-    @classmethod
-    def from_spec(cls, spec: ScheduleSpec) -> Schedule:
-        if spec.options is not None and not isinstance(spec.options, ScheduleOptions):
-            raise ValueError("options dytc and schedule must be DyTCConfig and ScheduleOptions")
-        if cls.uses_levels and not spec.levels:
-            raise ValueError(f"method {cls.name!r} needs at least one model draft level; got none")
-        return cls(spec.options)
+    def __init__(self, spec: ScheduleSpec) -> None:
+        if spec.options is not None:
+            check_option_type(spec.options, ScheduleOptions)
+        if self.uses_levels and not spec.levels:
+            raise ValueError(f"method {self.name!r} needs at least one model draft level; got none")
+        self.options = spec.options if spec.options is not None else ScheduleOptions()
 
 
 def _top(levels: Sequence[str]) -> str:
