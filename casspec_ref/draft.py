@@ -129,9 +129,9 @@ class StepDrafter:
         if key not in self._laws:
             s = self.sampling
             if s.greedy:
-                self._laws[key] = (None, torch.softmax(logits.double(), -1).numpy())  # (V,)
+                self._laws[key] = (None, torch.softmax(logits.double(), -1).cpu().numpy())  # (V,)
             else:
-                q = target_law(logits, s.temperature, s.top_k, s.top_p).numpy()  # (V,) float64
+                q = target_law(logits, s.temperature, s.top_k, s.top_p).cpu().numpy()  # (V,)
                 self._laws[key] = (q, q)
         return self._laws[key]
 
@@ -177,7 +177,8 @@ class StepDrafter:
             positions = torch.arange(base, base + size, device=cache.k.device)[None]  # (1, T)
             start = self.clock()
             with torch.no_grad():
-                model.forward(tokens, positions, cache=cache)
+                logits = model.forward(tokens, positions, cache=cache)  # (1, T, V)
+            logits[0, -1, 0].item()  # a GPU runs the forward asynchronously: wait for it
             seconds[size] = self.clock() - start
             cache.truncate(base)  # scratch rows go; the verified prefix is untouched
         return seconds

@@ -111,7 +111,7 @@ def prefill(state: Decoding) -> None:
     prompt_t = torch.tensor([state.prompt], dtype=torch.long, device=device)  # (1, P)
     logits = state.model.forward(prompt_t, None, cache=state.cache, last_only=True)  # (1, 1, V)
     s = state.sampling
-    law = target_law(logits[0, -1], s.temperature, s.top_k, s.top_p).numpy()  # (V,)
+    law = target_law(logits[0, -1], s.temperature, s.top_k, s.top_p).cpu().numpy()  # (V,)
     state.stats["time_verify_s"] += state.clock() - t0
     state.stats["target_forwards"] += 1
     state.emit(int(state.rng.categorical(law)))
@@ -152,7 +152,7 @@ def verify_step(state: Decoding, drafter: StepDrafter) -> tuple[VerifyResult, fl
     mask = None if is_chain else tree.attention_mask(base).to(device)  # (N, base + N)
     logits = state.model.forward(node_tokens, positions, cache=cache, attn_mask=mask)  # (1,N,V)
     s = state.sampling
-    target_probs = target_law(logits[0], s.temperature, s.top_k, s.top_p).numpy()  # (N, V)
+    target_probs = target_law(logits[0], s.temperature, s.top_k, s.top_p).cpu().numpy()  # (N, V)
     remaining = state.max_new_tokens - len(state.tokens)
     result = verify_tree(tree, target_probs, state.rng, stop_ids=state.stops,
                          max_accept=remaining - 1)  # fmt: skip
