@@ -110,7 +110,12 @@ class Int8Kernel:
             self._int8[key] = hit
         qw_t, scale_w = hit[0], hit[1]
         qx, scale_x = quantize_absmax(x.float(), 8)  # (rows, D_in) int8, (rows, 1)
-        acc = torch._int_mm(qx, qw_t)  # (rows, D_out) int32
+        rows = qx.shape[0]
+        if rows <= 16:
+            # torch._int_mm takes more than 16 rows: pad with zero rows (each output row depends
+            # on its own input row only, so the first `rows` rows are unchanged).
+            qx = torch.cat((qx, qx.new_zeros(17 - rows, qx.shape[1])))  # (17, D_in)
+        acc = torch._int_mm(qx, qw_t)[:rows]  # (rows, D_out) int32
         out = (acc.float() * scale_x * scale_w.float()).to(x.dtype)  # (rows, D_out)
         return out if bias is None else out + bias
 

@@ -43,8 +43,9 @@ class DraftRunner:
             del self._fed[same:], self._rows[same:]
             new = path[same:]
             start = self.base + same
-            tokens = torch.tensor([new], dtype=torch.long)  # (1, T)
-            positions = torch.arange(start, start + len(new), dtype=torch.long)[None]  # (1, T)
+            device = self.cache.k.device
+            tokens = torch.tensor([new], dtype=torch.long, device=device)  # (1, T)
+            positions = torch.arange(start, start + len(new), device=device)[None]  # (1, T)
             with torch.no_grad():
                 out = self.model.forward(tokens, positions, cache=self.cache, plan=plan)  # (1,T,V)
             self.forwards += 1
