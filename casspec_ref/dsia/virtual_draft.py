@@ -42,11 +42,9 @@ class DraftRunner:
             self.cache.truncate(self.base + same)
             del self._fed[same:], self._rows[same:]
             new = path[same:]
-            start = self.base + same
             tokens = torch.tensor([new], dtype=torch.long)  # (1, T)
-            positions = torch.arange(start, start + len(new), dtype=torch.long)[None]  # (1, T)
-            with torch.no_grad():
-                out = self.model.forward(tokens, positions, cache=self.cache, plan=plan)  # (1,T,V)
+            # Default positions: the cache length on, i.e. base + same ..
+            out = self.model.forward(tokens, cache=self.cache, plan=plan)  # (1, T, V)
             self.forwards += 1
             self.tokens_fed += len(new)
             self._fed.extend(new)
