@@ -38,12 +38,11 @@ class DraftRunner:
         while same < limit and self._fed[same] == path[same]:
             same += 1
         if same < len(path):
-            # Drop scratch rows from the first difference, then feed the rest of the path.
+            # Drop scratch rows from the first difference, then feed the rest at base + same ..
             self.cache.truncate(self.base + same)
             del self._fed[same:], self._rows[same:]
             new = path[same:]
             tokens = torch.tensor([new], dtype=torch.long)  # (1, T)
-            # Default positions: the cache length on, i.e. base + same ..
             out = self.model.forward(tokens, cache=self.cache, plan=plan)  # (1, T, V)
             self.forwards += 1
             self.tokens_fed += len(new)
