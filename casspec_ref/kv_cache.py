@@ -40,9 +40,8 @@ class KVCache:
         not move: the model calls `advance` once per forward."""
         if (
             not 0 <= layer < self.k.shape[0]
-            or k_new.dim() != 4
             or k_new.shape[:2] != self.k.shape[1:3]
-            or k_new.shape[3] != self.k.shape[4]
+            or k_new.shape[3:] != self.k.shape[4:]  # also true unless k_new has 4 dimensions
             or v_new.shape != k_new.shape
             or self.length + k_new.shape[2] > self.max_len
         ):

@@ -236,8 +236,7 @@ class Transformer(nn.Module):
         forward for the G query heads folded into each KV head: ``(T, S) -> (G*T, S)``. No mask
         is causal (new token ``i`` sees keys ``0..past + i``), and needs no bias when T == 1."""
         if mask is not None:
-            bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
-            bias.masked_fill_(~mask, float("-inf"))
+            bias = torch.zeros_like(mask, dtype=dtype).masked_fill_(~mask, float("-inf"))
         elif n_new > 1:
             bias = torch.full((n_new, past + n_new), float("-inf"), dtype=dtype, device=device)
             bias.triu_(past + 1)  # -inf only on the keys after each token's own position

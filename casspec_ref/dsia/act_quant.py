@@ -5,6 +5,7 @@ measure alpha; the int8 kernels that save time are `casspec_ref.accel.int8`. See
 from dataclasses import dataclass, field
 
 import torch
+from torch import Tensor
 
 from casspec_ref.base.dsia_checks import check_quant_kernel, check_quantize
 from casspec_ref.base.kernels import exact_linear
@@ -12,8 +13,8 @@ from casspec_ref.plan import LINEAR_NAMES, ExecutionPlan
 
 
 def quantize_absmax(
-    x: torch.Tensor, bits: int = 8, group_size: int | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
+    x: Tensor, bits: int = 8, group_size: int | None = None
+) -> tuple[Tensor, Tensor]:
     """Symmetric absmax quantization of the last dimension, one scale per row (or per group):
     int8 ``q`` in ``[-qmax, qmax]`` and ``scale`` ``(..., n_groups)``, with ``q * scale ~ x``."""
     width = x.shape[-1]
@@ -27,16 +28,14 @@ def quantize_absmax(
     return q.reshape(x.shape), scale.squeeze(-1)  # (..., width), (..., G)
 
 
-def dequantize_absmax(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+def dequantize_absmax(q: Tensor, scale: Tensor, dtype: torch.dtype) -> Tensor:
     """Inverse of `quantize_absmax`: ``q * scale`` with the scale broadcast over each group."""
     groups = scale.shape[-1]
     qg = q.reshape(*q.shape[:-1], groups, q.shape[-1] // groups).to(dtype)  # (..., G, width/G)
     return (qg * scale.to(dtype).unsqueeze(-1)).reshape(q.shape)  # (..., width)
 
 
-def fake_quant_absmax(
-    x: torch.Tensor, bits: int = 8, group_size: int | None = None
-) -> torch.Tensor:
+def fake_quant_absmax(x: Tensor, bits: int = 8, group_size: int | None = None) -> Tensor:
     """Quantize-dequantize ``x`` per token: each element moves by at most half a step."""
     q, scale = quantize_absmax(x, bits, group_size)
     return dequantize_absmax(q, scale, x.dtype)
@@ -51,35 +50,27 @@ class QuantKernel:
     weight_bits: int | None = None  # None: float weights; 8 or 4: per output channel, cached
     names: frozenset[str] = frozenset(LINEAR_NAMES)  # the linears quantized; others run exactly
     layers: frozenset[int] | None = None  # the blocks quantized (None: all; the head is -1)
-    _weights: dict[tuple[int, str], tuple[torch.Tensor, tuple]] = field(
+    _weights: dict[tuple[int, str], tuple[Tensor, tuple]] = field(
         default_factory=dict, repr=False, compare=False, hash=False
     )
 
     def __post_init__(self) -> None:
         check_quant_kernel(self, LINEAR_NAMES)
 
-    def _weight(self, weight: torch.Tensor, layer: int, name: str) -> torch.Tensor:
-        """The fake-quantized weight of one linear, cached until that weight tensor changes."""
-        stamp = (tuple(weight.shape), weight.dtype, weight.data_ptr())
-        hit = self._weights.get((layer, name))
-        if hit is None or hit[1] != stamp:
-            assert self.weight_bits is not None
-            hit = (fake_quant_absmax(weight, self.weight_bits), stamp)  # per output channel
-            self._weights[(layer, name)] = hit
-        return hit[0]
-
     def __call__(
-        self,
-        x: torch.Tensor,
-        weight: torch.Tensor,
-        bias: torch.Tensor | None,
-        layer: int,
-        name: str,
-    ) -> torch.Tensor:
+        self, x: Tensor, weight: Tensor, bias: Tensor | None, layer: int, name: str
+    ) -> Tensor:
         if name not in self.names or (self.layers is not None and layer not in self.layers):
             return exact_linear(x, weight, bias)  # a linear this kernel leaves exact
         xq = fake_quant_absmax(x.reshape(-1, x.shape[-1]), self.bits, self.group_size)  # (rows, in)
-        w = weight if self.weight_bits is None else self._weight(weight, layer, name)
+        w = weight
+        if self.weight_bits is not None:  # per output channel, cached until the weight changes
+            stamp = (tuple(weight.shape), weight.dtype, weight.data_ptr())
+            hit = self._weights.get((layer, name))
+            if hit is None or hit[1] != stamp:
+                hit = (fake_quant_absmax(weight, self.weight_bits), stamp)
+                self._weights[(layer, name)] = hit
+            w = hit[0]
         return exact_linear(xq, w, bias).reshape(*x.shape[:-1], weight.shape[0])  # (..., D_out)
 
 

@@ -9,8 +9,7 @@ from casspec_ref.plan import ExecutionPlan
 def early_exit_plan(config: ModelConfig, exit_after: int, name: str | None = None) -> ExecutionPlan:
     """Run blocks ``[0, exit_after)`` then the shared head; ``exit_after`` in ``1..n_layers``."""
     check_exit_after(exit_after, config.n_layers)
-    label = name if name else f"exit{exit_after}"
-    return validated(ExecutionPlan(exit_after=exit_after, name=label), config)
+    return validated(ExecutionPlan(exit_after=exit_after, name=name or f"exit{exit_after}"), config)
 
 
 def exit_for_fraction(config: ModelConfig, fraction: float) -> int:

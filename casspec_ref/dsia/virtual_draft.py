@@ -38,16 +38,12 @@ class DraftRunner:
         while same < limit and self._fed[same] == path[same]:
             same += 1
         if same < len(path):
-            # Drop scratch rows from the first difference, then feed the rest of the path.
+            # Drop scratch rows from the first difference, then feed the rest at base + same ..
             self.cache.truncate(self.base + same)
             del self._fed[same:], self._rows[same:]
             new = path[same:]
-            start = self.base + same
-            device = self.cache.k.device
-            tokens = torch.tensor([new], dtype=torch.long, device=device)  # (1, T)
-            positions = torch.arange(start, start + len(new), device=device)[None]  # (1, T)
-            with torch.no_grad():
-                out = self.model.forward(tokens, positions, cache=self.cache, plan=plan)  # (1,T,V)
+            tokens = torch.tensor([new], dtype=torch.long, device=self.cache.k.device)  # (1, T)
+            out = self.model.forward(tokens, cache=self.cache, plan=plan)  # (1, T, V)
             self.forwards += 1
             self.tokens_fed += len(new)
             self._fed.extend(new)
