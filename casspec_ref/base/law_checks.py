@@ -34,6 +34,11 @@ def check_node(node: int, n_nodes: int) -> None:
         raise ValueError(f"node must be in [0, {n_nodes}), got {node}")
 
 
+def check_rule(rule: Any, rule_type: type) -> None:
+    if not isinstance(rule, rule_type):
+        raise ValueError(f"rule must be a ChildRule, got {rule!r}")
+
+
 def check_child(rule: Any, parent_rule: Any, parent: int, draft_probs: Any) -> None:
     """One `ChildRule` per parent; a draft law for every child but a DETERMINISTIC one."""
     if parent_rule is not None and parent_rule is not rule:
