@@ -129,8 +129,7 @@ class CostCurve:
     def predict(self, tokens: int) -> float:
         """Predicted seconds over `tokens` tokens: as measured, else linear between the measured
         neighbours, else extrapolated from the two largest sizes (never downwards)."""
-        if not self.seconds:
-            raise ValueError("CostCurve.predict needs at least one observation")
+        checks.check_measured(len(self.seconds))
         s = self.seconds
         if tokens in s:
             return s[tokens]
@@ -148,8 +147,7 @@ class CostCurve:
 # ------------------------------------------------------------------ 3-4. the formulas
 def geometric_tokens(alpha: float, k: int) -> float:
     """sum_{i=1..k} alpha^i: expected accepted tokens of a k-chain under i.i.d. acceptance."""
-    if k < 0:
-        raise ValueError(f"k={k} is invalid: allowed is >= 0")
+    checks.check_k(k, 0)
     return sum(alpha**i for i in range(1, k + 1))
 
 
@@ -159,11 +157,9 @@ def t_score(
     """The paper's T(S, k): expected tokens per unit cost of drafting k tokens with S, then PLD,
     ``[a_S (1 - a_S^k) / (1 - a_S) + a_S^k a_PLD] / (c_S k + c_PLD + c_verify)``; the paper has
     c_verify = 0, ours is the grown tree's measured verify cost in plain steps."""
-    if k < 1:
-        raise ValueError(f"k={k} is invalid: allowed is >= 1")
+    checks.check_k(k, 1)
     denominator = c_s * k + c_pld + c_verify
-    if denominator <= 0:
-        raise ValueError(f"c_S * k + c_PLD + c_verify must be > 0, got {denominator!r}")
+    checks.check_t_score_cost(denominator)
     return (geometric_tokens(alpha_s, k) + alpha_s**k * alpha_pld) / denominator
 
 
@@ -172,8 +168,7 @@ def best_k(
 ) -> int:
     """The k in 1..len(c_verify) that maximizes T(S, k), ``c_verify[k - 1]`` being the verify
     cost (in plain steps) of the tree grown by k tokens (ties to the shorter draft)."""
-    if not c_verify:
-        raise ValueError("best_k needs the verify cost of at least one k")
+    checks.check_verify_costs(c_verify)
     scores = [t_score(alpha_s, k, c_s, alpha_pld, c_pld, c) for k, c in enumerate(c_verify, 1)]
     return 1 + scores.index(max(scores))
 
@@ -181,12 +176,9 @@ def best_k(
 def reach_probabilities(parents: Sequence[int], accept: Sequence[float]) -> list[float]:
     """P(the path to node i is accepted): the product of ``accept`` (node i's acceptance given
     its parent's) along the path; siblings are mutually exclusive, the root's reach is 1."""
-    if len(parents) != len(accept):
-        raise ValueError(f"parents ({len(parents)}) and accept ({len(accept)}) differ in length")
+    checks.check_tree_estimate(parents, accept)
     reach = [1.0] * len(parents)
     for i in range(1, len(parents)):
-        if not 0 <= parents[i] < i:
-            raise ValueError(f"node {i} has parent {parents[i]}: parents must precede children")
         reach[i] = reach[parents[i]] * accept[i]
     return reach
 
@@ -201,8 +193,7 @@ def tree_ewif(
 ) -> float:
     """EWIF of one tree step: its tokens per second over a plain step's (1 per `step_cost`)."""
     total = draft_cost + verify_cost
-    if total <= 0 or step_cost <= 0:
-        raise ValueError("costs must be > 0 to form an EWIF")
+    checks.check_ewif_costs(total, step_cost)
     return expected_tokens * step_cost / total
 
 

@@ -53,8 +53,7 @@ class DraftTree:
         """Add `token` under `parent` (whose siblings share one `rule`) and return its index;
         `draft_probs` is the processed law it was drawn from (its own q_i, or the siblings' one
         unconditional q), None for `DETERMINISTIC`."""
-        if not isinstance(rule, ChildRule):
-            raise ValueError(f"rule must be a ChildRule, got {rule!r}")
+        checks.check_rule(rule, ChildRule)
         checks.check_parent(parent, len(self.nodes))
         checks.check_token(token)
         node = self.nodes[parent]

@@ -13,12 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from fractions import Fraction
 
 import numpy as np
 import torch
 
-from casspec_ref.base.law_checks import check_law, check_max_accept, node_laws
+from casspec_ref.base.law_checks import check_law, check_max_accept, node_laws, one, one_hot, zero
 from casspec_ref.sampling import RandomSource
 from casspec_ref.tree import ChildRule, DraftTree
 
@@ -90,7 +89,7 @@ def _test_children(
     for child in children:
         token = tree.token(child)
         if rule is ChildRule.DETERMINISTIC:
-            draft = _one_hot(token, residual)
+            draft = one_hot(token, residual)
         elif rule is ChildRule.WITHOUT_REPLACEMENT:
             if conditional_q is None:
                 conditional_q = check_law(tree.draft_probs(child), "draft", child, len(residual))
@@ -106,7 +105,7 @@ def _test_children(
             accept = False  # cannot have been drawn from this law: reject, never divide by 0
         else:
             ratio = residual[token] / draft_mass
-            accept = rng.bernoulli(ratio if ratio < 1 else _one(ratio))
+            accept = rng.bernoulli(ratio if ratio < 1 else one(ratio))
         decisions.append((child, bool(accept)))
         if accept:
             return child, residual
@@ -119,7 +118,7 @@ def _test_children(
 def _residual(law: np.ndarray, draft: np.ndarray) -> np.ndarray:
     """norm(max(law - draft, 0)) as a new array; ``law`` itself if that has no mass."""
     excess = law - draft  # (V,)
-    excess = np.where(excess > 0, excess, _zero(law))  # type: ignore[arg-type]
+    excess = np.where(excess > 0, excess, zero(law))  # type: ignore[arg-type]
     mass = excess.sum()
     if mass == 0:
         # Only reachable after a probability-0 rejection (law == draft on its support).
@@ -130,28 +129,10 @@ def _residual(law: np.ndarray, draft: np.ndarray) -> np.ndarray:
 def _without(draft: np.ndarray, token: int) -> np.ndarray:
     """The law of the next child drawn without replacement: ``draft`` with ``token`` removed."""
     rest = draft.copy()
-    rest[token] = _zero(draft)
+    rest[token] = zero(draft)
     mass = rest.sum()
     if mass == 0:
         raise ValueError(
             "a WITHOUT_REPLACEMENT child follows siblings that exhaust the draft law's support"
         )
     return rest / mass
-
-
-def _one_hot(token: int, like: np.ndarray) -> np.ndarray:
-    if like.dtype == object:
-        law = np.full(like.shape[0], Fraction(0), dtype=object)
-        law[token] = Fraction(1)
-        return law
-    law = np.zeros(like.shape[0], dtype=np.float64)
-    law[token] = 1.0
-    return law
-
-
-def _zero(like: np.ndarray) -> Fraction | float:
-    return Fraction(0) if like.dtype == object else 0.0
-
-
-def _one(like: Fraction | float) -> Fraction | float:
-    return Fraction(1) if isinstance(like, Fraction) else 1.0

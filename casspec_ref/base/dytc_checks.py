@@ -1,4 +1,4 @@
-"""Argument checks of DyTC's configuration, acceptance estimates and cost curves.
+"""Argument checks of DyTC's configuration, estimates, cost curves and formulas.
 
 Pure value checks (`casspec_ref.dytc`), each raising a `ValueError` that names the argument, its
 value and what is allowed.
@@ -7,6 +7,7 @@ value and what is allowed.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -60,3 +61,37 @@ def check_timing(tokens: int, seconds: float) -> None:
         raise ValueError(f"a forward processes >= 1 token, got {tokens!r}")
     if seconds < 0 or not math.isfinite(seconds):
         raise ValueError(f"a latency must be a finite number of seconds >= 0, got {seconds!r}")
+
+
+def check_measured(n_sizes: int) -> None:
+    if n_sizes == 0:
+        raise ValueError("CostCurve.predict needs at least one observation")
+
+
+def check_k(k: int, smallest: int) -> None:
+    if k < smallest:
+        raise ValueError(f"k={k} is invalid: allowed is >= {smallest}")
+
+
+def check_t_score_cost(denominator: float) -> None:
+    if denominator <= 0:
+        raise ValueError(f"c_S * k + c_PLD + c_verify must be > 0, got {denominator!r}")
+
+
+def check_verify_costs(c_verify: Sequence[float]) -> None:
+    if not c_verify:
+        raise ValueError("best_k needs the verify cost of at least one k")
+
+
+def check_tree_estimate(parents: Sequence[int], accept: Sequence[float]) -> None:
+    """Node i's parent and acceptance, for every node; parents precede children."""
+    if len(parents) != len(accept):
+        raise ValueError(f"parents ({len(parents)}) and accept ({len(accept)}) differ in length")
+    for i in range(1, len(parents)):
+        if not 0 <= parents[i] < i:
+            raise ValueError(f"node {i} has parent {parents[i]}: parents must precede children")
+
+
+def check_ewif_costs(total: float, step_cost: float) -> None:
+    if total <= 0 or step_cost <= 0:
+        raise ValueError("costs must be > 0 to form an EWIF")

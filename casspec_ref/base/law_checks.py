@@ -2,7 +2,8 @@
 
 Pure value checks (`casspec_ref.tree`, `casspec_ref.verify`), each raising a `ValueError` that
 names the value and what is allowed. A law is a 1-D array of probabilities: float64, or an
-object array of `Fraction`s for exact arithmetic; torch tensors are converted to float64.
+object array of `Fraction`s for exact arithmetic; torch tensors are converted to float64. Also
+the 0, 1 and one-hot law in a law's own number type, for the verifier's arithmetic.
 """
 
 from __future__ import annotations
@@ -31,6 +32,11 @@ def check_parent(parent: Any, n_nodes: int) -> None:
 def check_node(node: int, n_nodes: int) -> None:
     if not 0 <= node < n_nodes:
         raise ValueError(f"node must be in [0, {n_nodes}), got {node}")
+
+
+def check_rule(rule: Any, rule_type: type) -> None:
+    if not isinstance(rule, rule_type):
+        raise ValueError(f"rule must be a ChildRule, got {rule!r}")
 
 
 def check_child(rule: Any, parent_rule: Any, parent: int, draft_probs: Any) -> None:
@@ -126,3 +132,24 @@ def check_law(law: np.ndarray | None, kind: str, node: int, vocab: int | None = 
         versus = "not" if kind == "target" else "the target law"
         raise ValueError(f"{what} has {array.shape[0]} entries, {versus} {vocab}")
     return array
+
+
+def one_hot(token: int, like: np.ndarray) -> np.ndarray:
+    """The law certain of `token`, exact (`Fraction`s) when `like` is."""
+    if like.dtype == object:
+        law = np.full(like.shape[0], Fraction(0), dtype=object)
+        law[token] = Fraction(1)
+        return law
+    law = np.zeros(like.shape[0], dtype=np.float64)
+    law[token] = 1.0
+    return law
+
+
+def zero(like: np.ndarray) -> Fraction | float:
+    """0 in the number type of the law `like`."""
+    return Fraction(0) if like.dtype == object else 0.0
+
+
+def one(like: Fraction | float) -> Fraction | float:
+    """1 in the number type of `like`."""
+    return Fraction(1) if isinstance(like, Fraction) else 1.0
