@@ -84,8 +84,7 @@ class DyTC(Schedule):
             for node, info in enumerate(drafter.info)
             if node > 0 and info.primary and drafter.tree.parent(node) in on_path
         ]
-        timings = {name: (drafter.calls[name], t) for name, t in drafter.spent.items()}
-        self.policy.observe_step(tested, len(drafter.tree), verify_seconds, timings)
+        self.policy.observe_step(tested, len(drafter.tree), verify_seconds, drafter.charged)
 
 
 #: Method name -> schedule class: DyTC, and the baselines (`casspec_ref.baselines` adds them
