@@ -252,8 +252,6 @@ class StepDrafter:
             if self.room(node) < 1:
                 break
             grown.append((self.add_node(node, token, NodeInfo(RECYCLE, rank == 0)), node, prob))
-        if not grown:
-            return []
-        nodes = self.add_chain(grown[0][0], [token for token, _ in walk], RECYCLE)
+        nodes = self.add_chain(grown[0][0], [t for t, _ in walk], RECYCLE) if grown else []
         chain = [(child, self.tree.parent(child), walk[i][1]) for i, child in enumerate(nodes)]
         return grown[:1] + chain + grown[1:]

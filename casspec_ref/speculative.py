@@ -97,10 +97,8 @@ class Decoding:
         self.pld.append(token)
         if self.on_token is not None:
             self.on_token(token)
-        if token in self.stops:
-            self.done = self.stopped = True
-        elif len(self.tokens) >= self.max_new_tokens:
-            self.done = True
+        self.stopped = token in self.stops
+        self.done = self.stopped or len(self.tokens) >= self.max_new_tokens
 
 
 def prefill(state: Decoding) -> None:
