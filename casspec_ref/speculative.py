@@ -220,10 +220,9 @@ def start_decoding(
     }  # fmt: skip
     pld = PromptLookup(prompt, options.get("pld", PromptLookupConfig()))
     recycler = TokenRecycler() if schedule.uses_recycler else None
-    clock = options.get("clock", time.perf_counter)
     return Decoding(
         model, prompt, max_new_tokens, schedule, {p.name: p for p in levels}, sampling, rng,
-        stops, cache, pld, recycler, clock, stats=stats,
+        stops, cache, pld, recycler, options.get("clock", time.perf_counter), stats=stats,
     )  # fmt: skip
 
 
