@@ -69,8 +69,7 @@ class StepDrafter:
     def __post_init__(self) -> None:
         self.tree = DraftTree(self.root_token)
         self.info: list[NodeInfo] = [NodeInfo("root", True)]
-        self.spent: dict[str, float] = {}  # seconds per draft
-        self.calls: dict[str, int] = {}  # calls per draft
+        self.charged: dict[str, tuple[int, float]] = {}  # per draft: (calls, seconds)
         self._lookups: dict[int, list[int]] = {}
         self._laws: dict[tuple[str, int], tuple[np.ndarray | None, np.ndarray]] = {}
 
@@ -85,7 +84,7 @@ class StepDrafter:
         return not self.tree.children(node)
 
     def seconds(self) -> float:
-        return sum(self.spent.values())
+        return sum(seconds for _, seconds in self.charged.values())
 
     def path_tokens(self, node: int) -> list[int]:
         """[root token, drafted tokens down to `node`]: what a draft is fed to continue `node`."""
@@ -93,8 +92,8 @@ class StepDrafter:
 
     def charge(self, name: str, start: float, calls: int = 1) -> None:
         """Book the time since `start` (and `calls` calls) to draft `name`."""
-        self.spent[name] = self.spent.get(name, 0.0) + self.clock() - start
-        self.calls[name] = self.calls.get(name, 0) + calls
+        calls_before, seconds = self.charged.get(name, (0, 0.0))
+        self.charged[name] = (calls_before + calls, seconds + self.clock() - start)
 
     def add_node(
         self,
@@ -232,15 +231,12 @@ class StepDrafter:
         if draft == RECYCLE:
             return self._expand_recycled(node, k, width)
         first = self.propose_children(draft, node, width)
-        if not first:
-            return []
-        chain: Grown = [(first[0][0], node, first[0][1])]
-        for _ in range(k - 1):
-            parent = chain[-1][0]
-            children = self.propose_children(draft, parent, 1)
+        chain: Grown = [(child, node, conf) for child, conf in first[:1]]
+        while chain and len(chain) < k:
+            children = self.propose_children(draft, chain[-1][0], 1)
             if not children:
                 break
-            chain.append((children[0][0], parent, children[0][1]))
+            chain.append((children[0][0], chain[-1][0], children[0][1]))
         return chain + [(child, node, conf) for child, conf in first[1:]]
 
     def _expand_recycled(self, node: int, k: int, width: int) -> Grown:
@@ -257,8 +253,6 @@ class StepDrafter:
             if self.room(node) < 1:
                 break
             grown.append((self.add_node(node, token, NodeInfo(RECYCLE, rank == 0)), node, prob))
-        if not grown:
-            return []
-        nodes = self.add_chain(grown[0][0], [token for token, _ in walk], RECYCLE)
+        nodes = self.add_chain(grown[0][0], [t for t, _ in walk], RECYCLE) if grown else []
         chain = [(child, self.tree.parent(child), walk[i][1]) for i, child in enumerate(nodes)]
         return grown[:1] + chain + grown[1:]

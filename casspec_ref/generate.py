@@ -59,11 +59,10 @@ def generate_ar(
         A `GenerationResult`.
     """
     prompt, stop = check_generation_args(
-        model.config, prompt_ids, max_new_tokens, temperature, top_k, top_p, stop_ids, seed, rng
-    )
+        model.config, prompt_ids, max_new_tokens, temperature, top_k, top_p, stop_ids, seed, rng,
+        plan,
+    )  # fmt: skip
     source = rng if rng is not None else TorchRandomSource(seed=seed)
-    if plan is not None:
-        plan.validate(model.config)
     param = model.tok_emb.weight
     dtype = param.dtype if plan is None or plan.compute_dtype is None else plan.compute_dtype
     tokens: list[int] = []

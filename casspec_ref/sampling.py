@@ -30,8 +30,7 @@ def target_law(
     if 0 < top_k < x.shape[-1]:
         # A stable descending sort keeps lower ids first among equal logits.
         order = torch.sort(x, dim=-1, descending=True, stable=True).indices  # (..., V)
-        drop = order[..., top_k:]  # (..., V - k)
-        x = x.scatter(-1, drop, float("-inf"))
+        x = x.scatter(-1, order[..., top_k:], float("-inf"))  # all but the top k go
     probs = torch.softmax(x, dim=-1)  # (..., V)
     if top_p < 1.0:
         sorted_probs, order = torch.sort(probs, dim=-1, descending=True, stable=True)  # (..., V)
@@ -71,10 +70,8 @@ class TorchRandomSource:
 
     def bernoulli(self, prob: float | Fraction) -> bool:
         p = checks.check_probability(prob)
-        if p == 0.0:
-            return False
-        if p == 1.0:
-            return True
+        if p in (0.0, 1.0):  # certain: no uniform is drawn
+            return p == 1.0
         return self._uniform() < p
 
     def categorical(self, probs: np.ndarray) -> int:

@@ -55,10 +55,9 @@ class DyTC(Schedule):
     def __init__(self, spec: ScheduleSpec) -> None:
         self.level_names = list(spec.levels)
         # A caller-owned policy carries its estimates across generations (updated in place).
-        policy = spec.policy if spec.policy is not None else DyTCPolicy(self.level_names, spec.dytc)
-        self.policy = policy
-        check_policy_knows(policy.drafts, self.level_names)
-        self.config = policy.config
+        self.policy = spec.policy or DyTCPolicy(self.level_names, spec.dytc)
+        check_policy_knows(self.policy.drafts, self.level_names)
+        self.config = self.policy.config
         self.n_layers = spec.n_layers
         self.max_nodes = self.config.max_tree_size
 
@@ -84,17 +83,9 @@ class DyTC(Schedule):
             for node, info in enumerate(drafter.info)
             if node > 0 and info.primary and drafter.tree.parent(node) in on_path
         ]
-        timings = {name: (drafter.calls[name], t) for name, t in drafter.spent.items()}
-        self.policy.observe_step(tested, len(drafter.tree), verify_seconds, timings)
+        self.policy.observe_step(tested, len(drafter.tree), verify_seconds, drafter.charged)
 
 
 #: Method name -> schedule class: DyTC, and the baselines (`casspec_ref.baselines` adds them
 #: when `casspec_ref/__init__.py` imports it).
 SCHEDULES: dict[str, type[Schedule]] = {DyTC.name: DyTC}
-
-
-def make_schedule(method: str, spec: ScheduleSpec) -> Schedule:
-    """The schedule of a method name (`casspec_ref.speculative.METHODS`, "ar" excluded)."""
-    if method not in SCHEDULES:
-        raise ValueError(f"unknown method {method!r}: allowed are {sorted(SCHEDULES)}")
-    return SCHEDULES[method](spec)

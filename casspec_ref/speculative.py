@@ -35,7 +35,6 @@ from casspec_ref.verify import VerifyResult, verify_tree
 #: Every method the loop (and the CLI's --method) knows: plain AR, the registered baselines,
 #: and CAS-Spec last (the order of the bench's tables).
 METHODS = ("ar", *[name for name in SCHEDULES if name != "cas-spec"], "cas-spec")
-OPTIONS = {"dytc", "schedule", "pld", "clock", "policy"}
 
 
 @dataclass(frozen=True)
@@ -98,17 +97,14 @@ class Decoding:
         self.pld.append(token)
         if self.on_token is not None:
             self.on_token(token)
-        if token in self.stops:
-            self.done = self.stopped = True
-        elif len(self.tokens) >= self.max_new_tokens:
-            self.done = True
+        self.stopped = token in self.stops
+        self.done = self.stopped or len(self.tokens) >= self.max_new_tokens
 
 
 def prefill(state: Decoding) -> None:
     """Run the whole prompt through the target and draw the first token, as `generate_ar` does."""
     t0 = state.clock()
-    device = state.cache.k.device
-    prompt_t = torch.tensor([state.prompt], dtype=torch.long, device=device)  # (1, P)
+    prompt_t = torch.tensor([state.prompt], dtype=torch.long, device=state.cache.k.device)  # (1,P)
     logits = state.model.forward(prompt_t, None, cache=state.cache, last_only=True)  # (1, 1, V)
     s = state.sampling
     law = target_law(logits[0, -1], s.temperature, s.top_k, s.top_p).cpu().numpy()  # (V,)
@@ -206,8 +202,7 @@ def start_decoding(
     dytc_config = policy.config if policy is not None else options.get("dytc", DyTCConfig())
     checks.check_option_type(dytc_config, DyTCConfig)
     kind = SCHEDULES[method]
-    if drafts is None:
-        drafts = default_drafts(model)
+    drafts = default_drafts(model) if drafts is None else drafts
     plans = drafts.levels if isinstance(drafts, Hierarchy) else drafts
     levels = tuple(plans) if kind.uses_levels else ()
     checks.check_draft_levels(levels, ExecutionPlan, model.config, FREE_DRAFTS)
@@ -225,10 +220,9 @@ def start_decoding(
     }  # fmt: skip
     pld = PromptLookup(prompt, options.get("pld", PromptLookupConfig()))
     recycler = TokenRecycler() if schedule.uses_recycler else None
-    clock = options.get("clock", time.perf_counter)
     return Decoding(
         model, prompt, max_new_tokens, schedule, {p.name: p for p in levels}, sampling, rng,
-        stops, cache, pld, recycler, clock, stats=stats,
+        stops, cache, pld, recycler, options.get("clock", time.perf_counter), stats=stats,
     )  # fmt: skip
 
 
@@ -262,7 +256,7 @@ def generate_speculative(
         A `GenerationResult`; its ``stats`` are listed in docs/design.md (`speculative.py`).
     """
     checks.check_choice("method", method, METHODS)
-    checks.check_options(options, OPTIONS)
+    checks.check_options(options, {"dytc", "schedule", "pld", "clock", "policy"})
     prompt, stops = checks.check_generation_args(
         model.config, prompt_ids, max_new_tokens, temperature, top_k, top_p, stop_ids, seed, rng
     )

@@ -127,6 +127,11 @@ def _forwards(drafter: StepDrafter) -> int:
     return drafter.runner.forwards
 
 
+def _calls(drafter: StepDrafter) -> dict[str, int]:
+    """The calls charged per draft (`StepDrafter.charged` holds (calls, seconds))."""
+    return {name: calls for name, (calls, _) in drafter.charged.items()}
+
+
 # -- reading the tree -----------------------------------------------------------------------
 def test_a_new_drafter_holds_the_root_and_nothing_spent() -> None:
     recycler = TokenRecycler()
@@ -136,7 +141,7 @@ def test_a_new_drafter_holds_the_root_and_nothing_spent() -> None:
     assert drafter.context is CONTEXT and drafter.recycler is recycler
     assert drafter.levels is LEVELS and drafter.sampling is GREEDY
     assert (drafter.max_nodes, drafter.max_depth) == (64, 16)
-    assert drafter.spent == {} and drafter.calls == {} and drafter.seconds() == 0
+    assert drafter.charged == {} and drafter.seconds() == 0
     assert drafter.is_leaf(0) and drafter.path_tokens(0) == [ROOT]
     assert _clock(drafter).ticks == []  # constructing times nothing
 
@@ -174,8 +179,7 @@ def test_charges_add_up_per_draft_name() -> None:
     drafter.charge("a", clock())  # 100 -> 101
     drafter.charge("b", clock(), calls=3)  # 103 -> 106
     drafter.charge("a", clock(), calls=0)  # 110 -> 115
-    assert drafter.spent == {"a": 1.0 + 5.0, "b": 3.0}
-    assert drafter.calls == {"a": 1, "b": 3}
+    assert drafter.charged == {"a": (1, 1.0 + 5.0), "b": (3, 3.0)}
     assert drafter.seconds() == 9.0
 
 
@@ -198,15 +202,15 @@ def test_draft_logits_are_the_last_row_and_charge_only_real_forwards() -> None:
     logits = drafter.draft_logits("skip", b)
     torch.testing.assert_close(logits, _reference_logits("skip", [ROOT, 1, 2]), rtol=1e-12, atol=0)
     assert logits.shape == (VOCAB,)
-    assert drafter.calls == {"skip": 1} and drafter.spent == {"skip": 1.0}
+    assert drafter.charged == {"skip": (1, 1.0)}
     # A prefix of what was fed: answered from the runner's stored rows, no forward, no call.
     again = drafter.draft_logits("skip", a)
     torch.testing.assert_close(again, _reference_logits("skip", [ROOT, 1]), rtol=1e-12, atol=0)
     assert _forwards(drafter) == 1
-    assert drafter.calls == {"skip": 1} and drafter.spent == {"skip": 1.0 + 3.0}
+    assert drafter.charged == {"skip": (1, 1.0 + 3.0)}
     # Another level: a forward of its own, charged to it.
     drafter.draft_logits("exit", b)
-    assert drafter.calls == {"skip": 1, "exit": 1} and drafter.spent["exit"] == 5.0
+    assert _calls(drafter) == {"skip": 1, "exit": 1} and drafter.charged["exit"][1] == 5.0
     assert len(clock.ticks) == 6
 
 
@@ -261,7 +265,7 @@ def test_greedy_children_are_the_top_tokens_deterministic() -> None:
     assert drafter.info[1:] == [NodeInfo("skip", True), NodeInfo("skip", False)] + [
         NodeInfo("skip", False)
     ]
-    assert drafter.calls == {"skip": 1} and drafter.spent == {"skip": 1.0}
+    assert drafter.charged == {"skip": (1, 1.0)}
     assert len(clock.ticks) == 2
     # The tree is full: nothing more, and no forward is run to find that out.
     assert drafter.propose_children("skip", 1, 1) == []
@@ -294,12 +298,12 @@ def test_no_children_without_count_or_room() -> None:
     drafter = _drafter(max_depth=1)
     assert drafter.propose_children("skip", 0, 0) == []
     assert drafter.propose_children("skip", 0, -2) == []
-    assert drafter.size() == 1 and _forwards(drafter) == 0 and drafter.calls == {}
+    assert drafter.size() == 1 and _forwards(drafter) == 0 and _calls(drafter) == {}
     node = drafter.propose_children("skip", 0, 1)[0][0]
     # The node budget allows siblings, but the depth budget says nothing below `node`.
     assert drafter.room(node) == 0 and drafter.max_nodes - drafter.size() > 0
     assert drafter.propose_children("skip", node, 2) == []
-    assert drafter.size() == 2 and _forwards(drafter) == 1 and drafter.calls == {"skip": 1}
+    assert drafter.size() == 2 and _forwards(drafter) == 1 and _calls(drafter) == {"skip": 1}
     # Siblings need no depth: the root still takes more children.
     assert [n for n, _ in drafter.propose_children("skip", 0, 1)] == [2]
 
@@ -380,7 +384,7 @@ def test_review_keeps_the_agreeing_prefix_and_adds_its_own_token(sampling: Draft
     assert all(drafter.tree.child_rule(n) is ChildRule.DETERMINISTIC for n in (1, 2, 3))
     # One forward over the path and the whole proposal, charged once.
     assert drafter.runner is not None and drafter.runner.tokens_fed == 2 + 4
-    assert drafter.calls == {"skip": 1} and drafter.spent == {"skip": 1.0}
+    assert drafter.charged == {"skip": (1, 1.0)}
     assert len(clock.ticks) == 2
 
 
@@ -402,12 +406,12 @@ def test_review_feeds_at_most_the_room() -> None:
     assert drafter.runner is not None and drafter.runner.tokens_fed == 1 + 2
     full = _drafter(max_nodes=1)
     assert review(full, "skip", 0, want) == 0 and full.size() == 1
-    assert _forwards(full) == 0 and full.calls == {} and _clock(full).ticks == []
+    assert _forwards(full) == 0 and _calls(full) == {} and _clock(full).ticks == []
 
 
 def test_review_of_nothing_and_without_a_model() -> None:
     drafter = _drafter()
-    assert review(drafter, "skip", 0, []) == 0 and drafter.calls == {} and _forwards(drafter) == 0
+    assert review(drafter, "skip", 0, []) == 0 and _calls(drafter) == {} and _forwards(drafter) == 0
     bare = _drafter(runner=False)
     assert review(bare, "skip", 0, []) == 0
     with pytest.raises(ValueError, match="^a vertical cascade needs a model draft level$"):
@@ -476,7 +480,7 @@ def test_time_target_runs_scratch_forwards_of_the_root_within_the_room() -> None
         assert torch.equal(positions, torch.arange(base, base + size)[None])
         assert not grad and length == base + size
     assert cache.length == base  # the scratch rows are gone
-    assert drafter.calls == {} and drafter.size() == 1
+    assert _calls(drafter) == {} and drafter.size() == 1
     assert _drafter(runner=False).time_target([1, 2]) == {}
 
 
@@ -514,7 +518,7 @@ def test_lookup_continues_the_context_and_the_path() -> None:
     assert len(full) == 4 and full != PromptLookup(CONTEXT).propose(4)
     assert drafter.lookup(node, 4) == full
     assert drafter.lookup(node, 2) == full[:2]
-    assert drafter.calls == {PLD: 2} and drafter.spent == {PLD: 1.0 + 3.0}
+    assert drafter.charged == {PLD: (2, 1.0 + 3.0)}
 
 
 def test_add_chain_appends_deterministic_nodes_within_the_room() -> None:
@@ -526,7 +530,7 @@ def test_add_chain_appends_deterministic_nodes_within_the_room() -> None:
     assert drafter.info[1:] == 3 * [NodeInfo("src", True)]
     assert all(drafter.tree.child_rule(n) is ChildRule.DETERMINISTIC for n in (0, 1, 2))
     assert all(drafter.tree.draft_probs(n) is None for n in added)
-    assert drafter.add_chain(3, [1], "src") == [] and drafter.calls == {}
+    assert drafter.add_chain(3, [1], "src") == [] and _calls(drafter) == {}
 
 
 def test_pld_offers_are_looked_up_once_within_the_room() -> None:
@@ -534,12 +538,12 @@ def test_pld_offers_are_looked_up_once_within_the_room() -> None:
     assert len(proposal) == 4
     drafter = _drafter()
     assert drafter.offers(0, PLD) == 4
-    assert drafter.offers(0, PLD) == 4 and drafter.calls == {PLD: 1}  # memoized
+    assert drafter.offers(0, PLD) == 4 and _calls(drafter) == {PLD: 1}  # memoized
     short = _drafter(max_depth=2)
-    assert short.offers(0, PLD) == 2 and short.calls == {PLD: 1}
+    assert short.offers(0, PLD) == 2 and _calls(short) == {PLD: 1}
     # Expanding uses the memoized proposal, cut to k.
     assert short.expand(0, PLD, 1, 1) == [(1, 0, None)]
-    assert short.tree.tokens == [ROOT, proposal[0]] and short.calls == {PLD: 1}
+    assert short.tree.tokens == [ROOT, proposal[0]] and _calls(short) == {PLD: 1}
     assert short.info[1] == NodeInfo(PLD, True)
 
 
@@ -547,7 +551,7 @@ def test_pld_expand_without_offers_looks_up_k() -> None:
     proposal = PromptLookup(CONTEXT).propose(10)
     drafter = _drafter()
     assert drafter.expand(0, PLD, 3, 2) == [(1, 0, None), (2, 1, None), (3, 2, None)]
-    assert drafter.tree.tokens[1:] == proposal[:3] and drafter.calls == {PLD: 1}
+    assert drafter.tree.tokens[1:] == proposal[:3] and _calls(drafter) == {PLD: 1}
     assert all(drafter.tree.child_rule(n) is ChildRule.DETERMINISTIC for n in (0, 1, 2))
     # A context without repeats offers nothing (DyTC then never expands PLD there).
     lonely = StepDrafter(
@@ -555,7 +559,7 @@ def test_pld_expand_without_offers_looks_up_k() -> None:
         clock=Clock(),
     )  # fmt: skip
     assert lonely.offers(0, PLD) == 0 and lonely.offers(0, PLD) == 0
-    assert lonely.calls == {PLD: 1} and lonely.size() == 1
+    assert _calls(lonely) == {PLD: 1} and lonely.size() == 1
 
 
 def test_pld_expand_that_adds_nothing_returns_nothing() -> None:
@@ -599,10 +603,10 @@ def test_recycled_offers_and_alternatives() -> None:
     assert drafter.alternatives(0, RECYCLE, 2) == [0.5, 0.25]
     assert drafter.alternatives(0, RECYCLE, 9) == [0.5, 0.25, 0.125]
     assert drafter.alternatives(node, RECYCLE, 3) == [0.75]
-    assert drafter.calls == {} and drafter.size() == 4
+    assert _calls(drafter) == {} and drafter.size() == 4
     bare = _drafter()
     assert bare.offers(0, RECYCLE) == 0 and bare.alternatives(0, RECYCLE, 2) == []
-    assert bare.expand(0, RECYCLE, 3, 2) == [] and bare.calls == {} and bare.size() == 1
+    assert bare.expand(0, RECYCLE, 3, 2) == [] and _calls(bare) == {} and bare.size() == 1
 
 
 def test_recycled_expansion_walks_the_table_below_the_first_successor() -> None:
@@ -614,7 +618,7 @@ def test_recycled_expansion_walks_the_table_below_the_first_successor() -> None:
     assert {i.source for i in drafter.info[1:]} == {RECYCLE}
     assert all(drafter.tree.child_rule(n) is ChildRule.DETERMINISTIC for n in (0, 1, 3))
     assert all(drafter.tree.draft_probs(n) is None for n in range(1, 5))
-    assert drafter.calls == {RECYCLE: 1} and drafter.spent == {RECYCLE: 1.0}
+    assert drafter.charged == {RECYCLE: (1, 1.0)}
 
 
 @pytest.mark.parametrize(
@@ -638,14 +642,14 @@ def test_recycled_expansion_of_an_unknown_token() -> None:
     drafter = _drafter(recycler=_recycler())
     node = drafter.add_chain(0, [24], "x")[0]
     assert drafter.expand(node, RECYCLE, 3, 2) == [] and drafter.size() == 2
-    assert drafter.calls == {RECYCLE: 1} and drafter.spent == {RECYCLE: 1.0}
+    assert drafter.charged == {RECYCLE: (1, 1.0)}
 
 
 def test_recycled_expansion_without_room() -> None:
     drafter = _drafter(recycler=_recycler(), max_depth=1)
     node = drafter.add_chain(0, [20], "x")[0]  # 20 has successors, but no depth is left
     assert drafter.expand(node, RECYCLE, 3, 2) == [] and drafter.size() == 2
-    assert drafter.calls == {RECYCLE: 1}
+    assert _calls(drafter) == {RECYCLE: 1}
 
 
 # -- DyTC's model-draft primitives ----------------------------------------------------------
@@ -655,15 +659,15 @@ def test_alternatives_are_the_best_confidences_and_expand_reuses_the_forward() -
     probs = torch.softmax(logits, -1)
     best = torch.sort(probs, descending=True).values
     assert drafter.alternatives(0, "skip", 3) == pytest.approx(best[:3].tolist(), rel=1e-12)
-    assert drafter.calls == {"skip": 1}
+    assert _calls(drafter) == {"skip": 1}
     wide = drafter.alternatives(0, "skip", 100)  # at most the vocabulary
     assert wide == pytest.approx(best.tolist(), rel=1e-12) and len(wide) == VOCAB
-    assert drafter.calls == {"skip": 1} and _forwards(drafter) == 1
+    assert _calls(drafter) == {"skip": 1} and _forwards(drafter) == 1
     # The law was stored for (level, node): other logits for that key give it back.
     _, stored = drafter.draft_law("skip", 0, torch.zeros(VOCAB, dtype=torch.float64))
     np.testing.assert_array_equal(stored, probs.numpy())
     drafter.expand(0, "skip", 1, 2)
-    assert drafter.calls == {"skip": 1} and drafter.size() == 3
+    assert _calls(drafter) == {"skip": 1} and drafter.size() == 3
 
 
 def test_alternatives_under_sampling_are_the_processed_law() -> None:
@@ -694,7 +698,7 @@ def test_model_expansion_is_a_chain_then_its_siblings() -> None:
     ]
     assert [c for _, _, c in added] == pytest.approx(probs, rel=1e-12, abs=0)
     assert [i.primary for i in drafter.info[1:]] == [True, False, True, True]
-    assert drafter.calls == {"skip": 3} and len(clock.ticks) == 6
+    assert _calls(drafter) == {"skip": 3} and len(clock.ticks) == 6
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ from casspec_ref.kv_cache import KVCache
 from casspec_ref.model import Transformer
 from casspec_ref.plan import ExecutionPlan
 from casspec_ref.sampling import TorchRandomSource, target_law
-from casspec_ref.schedules import ScheduleSpec, make_schedule
+from casspec_ref.schedules import SCHEDULES, ScheduleSpec
 from casspec_ref.speculative import generate_speculative
 from casspec_ref.tree import ChildRule
 
@@ -60,7 +60,7 @@ def test_static_tree_shape_and_greedy_rules() -> None:
     model = _model()
     drafter, cache = _drafter(model, DraftSampling())
     options = ScheduleOptions(static_branching=(2, 2, 1))
-    make_schedule("static-tree", ScheduleSpec(list(LEVELS), 3, options=options)).build(drafter)
+    SCHEDULES["static-tree"](ScheduleSpec(list(LEVELS), 3, options=options)).build(drafter)
     tree = drafter.tree
     assert len(tree) == 1 + 2 + 4 + 4
     assert tree.max_depth == 3
@@ -82,7 +82,7 @@ def test_sampled_children_declare_the_processed_law_they_were_drawn_from() -> No
     sampling = DraftSampling(temperature=0.7, top_k=5, top_p=0.9)
     drafter, _ = _drafter(model, sampling)
     options = ScheduleOptions(static_branching=(3, 1))
-    make_schedule("static-tree", ScheduleSpec(list(LEVELS), 3, options=options)).build(drafter)
+    SCHEDULES["static-tree"](ScheduleSpec(list(LEVELS), 3, options=options)).build(drafter)
     tree = drafter.tree
     assert tree.child_rule(0) is ChildRule.WITHOUT_REPLACEMENT
     for node in range(1, len(tree)):
@@ -102,7 +102,7 @@ def test_chain_methods_draft_chain_k_tokens(method: str) -> None:
     model = _model()
     drafter, _ = _drafter(model, DraftSampling())
     options = ScheduleOptions(chain_k=5)
-    make_schedule(method, ScheduleSpec(list(LEVELS), 3, options=options)).build(drafter)
+    SCHEDULES[method](ScheduleSpec(list(LEVELS), 3, options=options)).build(drafter)
     tree = drafter.tree
     assert tree.max_depth == 5 and len(tree) == 6  # a chain
     sources = {info.source for info in drafter.info[1:]}
@@ -116,7 +116,7 @@ def test_pld_only_uses_no_model() -> None:
         CONTEXT[-1], CONTEXT, None, PromptLookup(CONTEXT), {}, DraftSampling(),
         TorchRandomSource(0), max_nodes=64, max_depth=16,
     )  # fmt: skip
-    make_schedule("pld", ScheduleSpec([], 3)).build(drafter)
+    SCHEDULES["pld"](ScheduleSpec([], 3)).build(drafter)
     assert drafter.tree.tokens[1:] == PromptLookup(CONTEXT).propose(10)
 
 
@@ -162,6 +162,6 @@ def test_option_and_method_errors() -> None:
     with pytest.raises(ValueError, match="swift_threshold"):
         ScheduleOptions(swift_threshold=1.5)
     with pytest.raises(ValueError, match="unknown method"):
-        make_schedule("medusa", ScheduleSpec(["a"], 3))
+        generate_speculative(_model(), [1], 4, method="medusa")
     with pytest.raises(ValueError, match="needs at least one model draft"):
-        make_schedule("static-tree", ScheduleSpec([], 3))
+        SCHEDULES["static-tree"](ScheduleSpec([], 3))

@@ -139,11 +139,13 @@ def check_generation_args(
     stop_ids: Iterable[int],
     seed: int | None,
     rng: object,
+    plan: Any = None,
 ) -> tuple[list[int], frozenset[int]]:
     """The checks every generation loop shares, against the model's ``config``; returns the
     prompt as a list and the stop ids as a set. ``prompt_ids`` may be a sequence of ints or an
     integer tensor of shape (T,) or (1, T) (floats, bools and batches are refused, never
-    converted); ``rng`` (if given) must provide the `RandomSource` methods."""
+    converted); ``rng`` (if given) must provide the `RandomSource` methods; ``plan`` (if given,
+    an `ExecutionPlan`) must fit the model."""
     prompt = as_token_list(prompt_ids, "prompt_ids", config.vocab_size)
     if not prompt:
         raise ValueError("prompt_ids is empty: give at least one token id")
@@ -168,6 +170,8 @@ def check_generation_args(
             f"{len(prompt) + max_new_tokens} exceeds the model context max_seq_len="
             f"{config.max_seq_len}"
         )
+    if plan is not None:
+        plan.validate(config)
     return prompt, stops
 
 
