@@ -118,3 +118,26 @@ def test_function_length_rule_can_fail(tmp_path: Path) -> None:
     module.write_text(f'def f():\n    """A docstring\n    of two lines."""\n{body}\n')
     assert long_functions(module, 60) == ["m.py: f has 61 lines"]
     assert long_functions(module, 61) == []
+
+
+#: The core's budget in lines (``wc -l``, docstrings, comments and blank lines included): what a
+#: student reads in an afternoon. Argument checks, loaders, tools and baselines live outside it.
+CORE_LINE_BUDGET = 2500
+
+
+def core_lines(modules: list[Path]) -> int:
+    return sum(len(path.read_text(encoding="utf-8").splitlines()) for path in modules)
+
+
+def test_the_core_fits_its_line_budget() -> None:
+    modules = core_modules()
+    counts = sorted((len(p.read_text(encoding="utf-8").splitlines()), p.name) for p in modules)
+    assert core_lines(modules) <= CORE_LINE_BUDGET, f"core files (lines, name): {counts}"
+
+
+def test_line_budget_rule_can_fail(tmp_path: Path) -> None:
+    """Two files of 3 and 4 lines count 7 lines (a final line without a newline counts too)."""
+    a, b = tmp_path / "a.py", tmp_path / "b.py"
+    a.write_text("x = 1\ny = 2\nz = 3\n")
+    b.write_text("x = 1\n\n# c\ny = 2")
+    assert core_lines([a, b]) == 7
