@@ -500,6 +500,7 @@ def test_time_target_feeds_on_the_cache_device() -> None:
     class Model:
         def forward(self, tokens, positions, cache=None):  # type: ignore[no-untyped-def]
             seen.append((tokens.device, positions.device))
+            return torch.zeros(1, tokens.shape[1], 5)  # (1, T, V) logits, read back once
 
     class Runner:
         model, cache, base = Model(), Cache(), 17
