@@ -155,3 +155,27 @@ def test_bad_laws_of_later_nodes_and_tensors_are_named():
         verify_tree(tree, [np.array([0.0, 1.0]), np.array([0.5, 0.4])], TorchRandomSource(0))
     with pytest.raises(ValueError, match=r"^target_probs tensor must be \(N, V\), got \(2,\)$"):
         verify_tree(DraftTree(0), torch.tensor([0.5, 0.5]), TorchRandomSource(0))
+
+
+def test_a_law_of_the_wrong_size_is_named_with_both_sizes() -> None:
+    """The two size messages, word for word: a target law against node 0's, and a draft law
+    against the target law at its node (the mutation run found them unpinned)."""
+    rng = TorchRandomSource(seed=0)
+    p4, p3 = np.full(4, 0.25), np.full(3, 1 / 3)
+    certain = np.array([0.0, 1.0, 0.0, 0.0])  # node 0's law: its child, token 1, is accepted
+    chain = DraftTree(root_token=0)
+    chain.add_child(0, 1, ChildRule.DETERMINISTIC)
+    with pytest.raises(ValueError, match=r"^target law of node 1 has 3 entries, not 4$"):
+        verify_tree(chain, [certain, p3], rng)
+    tree = DraftTree(root_token=0)
+    tree.add_child(0, 1, ChildRule.INDEPENDENT, np.array([0.5, 0.5, 0.0]))
+    with pytest.raises(ValueError, match=r"^draft law of node 1 has 3 entries, the target law 4$"):
+        verify_tree(tree, [p4, p4], rng)
+
+
+def test_a_second_child_rule_at_one_parent_names_the_parent() -> None:
+    tree = DraftTree(root_token=0)
+    a = tree.add_child(0, 1, ChildRule.DETERMINISTIC)
+    tree.add_child(a, 2, ChildRule.DETERMINISTIC)
+    with pytest.raises(ValueError, match=r"^node 1 already has deterministic children"):
+        tree.add_child(a, 3, ChildRule.INDEPENDENT, np.array([0.0, 0.0, 0.0, 1.0]))
