@@ -61,6 +61,22 @@ def _top(levels: Sequence[str]) -> str:
     return levels[-1]
 
 
+def _vertical(drafter: StepDrafter, level: str, node: int, depth: int) -> None:
+    """A vertical cascade below `node`, down to `depth`: prompt lookup proposes, `level` reviews
+    the proposal in one forward, then drafts on (VC from the root; VC+HC's later positions)."""
+    rest = depth - drafter.tree.depth(node)
+    if rest > 0:
+        node = review(drafter, level, node, drafter.lookup(node, rest))
+        draft_chain(drafter, level, node, depth - drafter.tree.depth(node))
+
+
+def _early_positions(drafter: StepDrafter, opts: ScheduleOptions) -> int:
+    """HC's and VC+HC's first `hc_split` positions, drafted by the most accurate level; returns
+    the deepest node."""
+    k = min(opts.hc_split, opts.chain_k)
+    return draft_chain(drafter, _top(list(drafter.levels)), 0, k)
+
+
 class PLDOnly(Baseline):
     """Prompt lookup alone: its whole proposal as one deterministic chain (no model draft)."""
 
@@ -98,9 +114,7 @@ class VerticalCascade(Baseline):
     name = "vc"
 
     def build(self, drafter: StepDrafter) -> None:
-        level, k = _top(list(drafter.levels)), self.options.chain_k
-        node = review(drafter, level, 0, drafter.lookup(0, k))
-        draft_chain(drafter, level, node, k - drafter.tree.depth(node))
+        _vertical(drafter, _top(list(drafter.levels)), 0, self.options.chain_k)
 
 
 class HorizontalCascade(Baseline):
@@ -109,10 +123,9 @@ class HorizontalCascade(Baseline):
     name = "hc"
 
     def build(self, drafter: StepDrafter) -> None:
-        names = list(drafter.levels)
-        opts = self.options
-        node = draft_chain(drafter, _top(names), 0, min(opts.hc_split, opts.chain_k))
-        draft_chain(drafter, names[0], node, opts.chain_k - drafter.tree.depth(node))
+        node = _early_positions(drafter, self.options)
+        cheapest, k = list(drafter.levels)[0], self.options.chain_k
+        draft_chain(drafter, cheapest, node, k - drafter.tree.depth(node))
 
 
 class VCHC(Baseline):
@@ -121,13 +134,8 @@ class VCHC(Baseline):
     name = "vchc"
 
     def build(self, drafter: StepDrafter) -> None:
-        names = list(drafter.levels)
-        opts = self.options
-        node = draft_chain(drafter, _top(names), 0, min(opts.hc_split, opts.chain_k))
-        rest = opts.chain_k - drafter.tree.depth(node)
-        if rest > 0:
-            node = review(drafter, names[0], node, drafter.lookup(node, rest))
-            draft_chain(drafter, names[0], node, opts.chain_k - drafter.tree.depth(node))
+        node = _early_positions(drafter, self.options)
+        _vertical(drafter, list(drafter.levels)[0], node, self.options.chain_k)
 
 
 class SwiftTree(Baseline):
