@@ -79,7 +79,7 @@ thorough: setup
 MUTATION_WORKERS ?= 2
 MUTATION_NAMES ?= "casspec_ref.verify*" "casspec_ref.sampling*" "casspec_ref.tree*" \
 	"casspec_ref.base.input_checks.x_validate_sampling*" \
-	"casspec_ref.base.input_checks.x_check_logits*" "casspec_ref.base.input_checks.x_check_law*" \
+	"casspec_ref.base.input_checks.x_check_logits*" "casspec_ref.base.input_checks.x_check_weights*" \
 	"casspec_ref.base.input_checks.x_check_probability*" \
 	"casspec_ref.base.input_checks.x_check_seed_or_generator*" "casspec_ref.base.law_checks.x_*" \
 	"casspec_ref.draft.xǁStepDrafterǁ*" "casspec_ref.baselines.drafting.x_*"

@@ -38,6 +38,7 @@ class KVCache:
         """Write one layer's new rows ``(B, H_kv, T, D_head)`` at ``[length, length + T)`` and
         return views of its rows ``[0, length + T)`` (no copy of the history). ``length`` does
         not move: the model calls `advance` once per forward."""
+        # The same rules as check_cache_write, inline: this runs once per layer of every forward.
         if (
             not 0 <= layer < self.k.shape[0]
             or k_new.shape[:2] != self.k.shape[1:3]
@@ -53,8 +54,7 @@ class KVCache:
 
     def advance(self, n: int) -> None:
         """Mark ``n`` more rows as part of the cached sequence."""
-        if n < 0 or self.length + n > self.max_len:
-            model_checks.check_advance(self, n)  # raises
+        model_checks.check_advance(self, n)
         self.length += n
 
     def truncate(self, n: int) -> None:

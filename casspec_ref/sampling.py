@@ -75,7 +75,7 @@ class TorchRandomSource:
         return self._uniform() < p
 
     def categorical(self, probs: np.ndarray) -> int:
-        weights = checks.check_law(probs)  # (V,) float64, with some mass
+        weights = checks.check_weights(probs)  # (V,) float64, with some mass
         nonzero = np.flatnonzero(weights)
         if nonzero.size == 1:
             return int(nonzero[0])

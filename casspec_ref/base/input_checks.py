@@ -50,7 +50,7 @@ def check_logits(
     return x
 
 
-def check_law(probs: object) -> np.ndarray:
+def check_weights(probs: object) -> np.ndarray:
     """A categorical law: a non-empty 1-D array of finite, non-negative weights with some mass;
     returned as float64."""
     law = np.asarray(probs)
