@@ -85,9 +85,11 @@ def test_exact_linear_reads_the_active_table(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_bad_forms_are_refused() -> None:
-    for text in ("gemv", "wxt@1", "linear@17", "wxt@x", "@4"):
+    for text in ("gemv", "wxt@1", "linear@17", "wxt@x", "@4", "split@0"):
         with pytest.raises(ValueError, match="kernel form"):
             Form.parse(text)
+    with pytest.raises(ValueError, match="'split' needs an even number of outputs, got 41"):
+        kernels.run_form(Form("split"), torch.randn(2, 24), torch.randn(41, 24), None)
     assert Form.parse("wxt@16") == Form("wxt", 16) and str(Form("linear", 3)) == "linear@3"
 
 
