@@ -29,6 +29,12 @@ RECYCLE = "recycle"  # the recycled-token draft (successors seen in earlier veri
 FREE_DRAFTS = (PLD, RECYCLE)  # drafts that cost no forward: looked up, not computed
 
 
+def outcome_name(draft: str, parent_draft: str) -> str:
+    """The estimate a drafted node's outcome teaches: a free draft extending its own chain is
+    learned apart (a lookup's first token is a guess, the next ones extend a match)."""
+    return draft + "+" if draft in FREE_DRAFTS and parent_draft == draft else draft
+
+
 @dataclass(frozen=True)
 class DyTCConfig:
     """Every DyTC knob, with the reconstruction's defaults (allowed values: base/dytc_checks.py)."""
@@ -292,6 +298,7 @@ class DyTCPolicy:
             AcceptanceEstimator, weight=cfg.ema_weight, window=cfg.window, warmup=cfg.warmup
         )
         self.alpha = {name: estimator(priors.get(name, cfg.prior_alpha)) for name in names}
+        self.alpha |= {outcome_name(n, n): estimator(priors[n]) for n in FREE_DRAFTS}
         self.verify_cost = CostCurve(cfg.cost_weight, cfg.explore_horizon)
         self.draft_cost = {name: CostCurve(cfg.cost_weight, cfg.explore_horizon) for name in names}
         self._seen: set[str] = set()
@@ -332,6 +339,12 @@ class DyTCPolicy:
             return 0.0 if draft in FREE_DRAFTS else self.step_seconds()
         return curve.predict(1)
 
+    def chain_tokens(self, draft: str, k: int) -> float:
+        """Expected accepted tokens of a k-chain of `draft` below a node surely reached: the first
+        at alpha, the next at the continuing alpha (the same estimate for a model draft)."""
+        a_next = self.alpha[outcome_name(draft, draft)].alpha
+        return self.alpha[draft].alpha * (1.0 + geometric_tokens(a_next, k - 1))
+
     def cost(self, draft: str) -> float:
         """c of a draft: one call's predicted seconds over a plain step's."""
         return self.draft_seconds(draft) / self.step_seconds()
@@ -339,19 +352,19 @@ class DyTCPolicy:
     def _score(
         self, leaf: int, cum: float, draft: str, room: int, base: tuple[float, float, int]
     ) -> Expansion:
-        """The best chain of `draft` below `leaf`: k from T(S,k), shortened by the tree's EWIF.
-        `base` is the tree's (expected tokens, drafting seconds, size) before it."""
+        """The best chain of `draft` below `leaf`: k up to T(S,k)'s best (a free draft: `room`),
+        by the tree's EWIF. `base` is the tree's (expected tokens, drafting seconds, size)."""
         tokens, spent, size = base
         step = self.step_seconds()
         a_s, c_s = self.alpha[draft].alpha, self.cost(draft)
         c_verify = [self.verify_seconds(size + k) / step for k in range(1, room + 1)]
-        k_max = best_k(a_s, c_s, self.alpha[PLD].alpha, self.cost(PLD), c_verify)
+        free = draft in FREE_DRAFTS  # one lookup per expansion, k by the EWIF alone
+        k_max = room if free else best_k(a_s, c_s, self.alpha[PLD].alpha, self.cost(PLD), c_verify)
         per_call = self.draft_seconds(draft)
         options = []
         for k in range(1, k_max + 1):
-            # A model draft runs one forward per token; a free draft one lookup per expansion.
-            calls = k if draft not in FREE_DRAFTS else 1
-            tree_tokens = tokens + cum * geometric_tokens(a_s, k)
+            calls = 1 if free else k  # a model draft runs one forward per token
+            tree_tokens = tokens + cum * self.chain_tokens(draft, k)
             verify = self.verify_seconds(size + k)
             ewif = tree_ewif(tree_tokens, spent + per_call * calls, verify, step)
             options.append(Expansion(leaf, draft, k, 1, ewif))
@@ -396,7 +409,7 @@ class DyTCPolicy:
         cum = tree.reach()[choice.leaf]
         step = self.step_seconds()
         a_s = self.alpha[choice.draft].alpha
-        chain = cum * geometric_tokens(a_s, choice.k)
+        chain = cum * self.chain_tokens(choice.draft, choice.k)
         spent_after = spent + self.draft_seconds(choice.draft) * choice.k
         best_width, best_ewif = 1, choice.predicted_ewif
         extra = 0.0
@@ -437,12 +450,13 @@ class DyTCPolicy:
         self, tree: TreeEstimate, draft: str, added: list[tuple[int, int, float | None]]
     ) -> None:
         """Each new node's acceptance given its parent: the first child continues the draft's
-        chain (alpha mixed with the draft's confidence); a later sibling is reached only after
-        the earlier ones were rejected (its confidence times alpha)."""
-        alpha = self.alpha[draft].alpha
+        chain (alpha, or the continuing alpha below it, mixed with the draft's confidence); a
+        later sibling is reached only after the earlier ones were rejected (confidence x alpha)."""
         w = self.config.confidence_weight
         has_child: set[int] = set()
+        leaf = added[0][1] if added else -1  # every node of `added` hangs below it
         for node, parent, confidence in added:
+            alpha = self.alpha[outcome_name(draft, draft) if parent != leaf else draft].alpha
             if parent in has_child:
                 per_token = (confidence if confidence is not None else 1.0) * alpha
             elif confidence is None:

@@ -13,7 +13,7 @@ from typing import Any
 
 from casspec_ref.base.input_checks import check_policy_knows
 from casspec_ref.draft import StepDrafter
-from casspec_ref.dytc import PLD, RECYCLE, DyTCConfig, DyTCPolicy, max_cascade_depth
+from casspec_ref.dytc import PLD, RECYCLE, DyTCConfig, DyTCPolicy, max_cascade_depth, outcome_name
 
 
 @dataclass
@@ -77,11 +77,11 @@ class DyTC(Schedule):
         self.policy.grow(drafter, drafts)
 
     def observe(self, drafter: StepDrafter, accepted: Sequence[int], verify_seconds: float) -> None:
-        on_path = {0, *accepted}
+        on_path, info, parent = {0, *accepted}, drafter.info, drafter.tree.parent
         tested = [
-            (info.source, node in on_path)
-            for node, info in enumerate(drafter.info)
-            if node > 0 and info.primary and drafter.tree.parent(node) in on_path
+            (outcome_name(i.source, info[parent(n)].source), n in on_path)
+            for n, i in enumerate(info)
+            if n > 0 and i.primary and parent(n) in on_path
         ]
         self.policy.observe_step(tested, len(drafter.tree), verify_seconds, drafter.charged)
 

@@ -185,16 +185,11 @@ def speculative_step(state: Decoding) -> VerifyResult:
 
 
 def start_decoding(
-    model: Any,
-    prompt: list[int],
-    max_new_tokens: int,
-    method: str,
-    sampling: DraftSampling,
-    rng: RandomSource,
-    stops: frozenset[int] = frozenset(),
+    model: Any, prompt: list[int], max_new_tokens: int, method: str, sampling: DraftSampling,
+    rng: RandomSource, stops: frozenset[int] = frozenset(),
     drafts: Hierarchy | Sequence[ExecutionPlan] | None = None,
     options: dict[str, Any] | None = None,
-) -> Decoding:
+) -> Decoding:  # fmt: skip
     """The state of one generation: drafts, schedule, cache, prompt lookup, counters. Takes the
     arguments as checked; ``options`` are `generate_speculative`'s keyword options."""
     options = options or {}
@@ -227,22 +222,13 @@ def start_decoding(
 
 
 def generate_speculative(
-    model: Any,
-    prompt_ids: Sequence[int] | torch.Tensor,
-    max_new_tokens: int,
-    *,
-    method: str = "cas-spec",
-    temperature: float = 0.0,
-    top_k: int = 0,
-    top_p: float = 1.0,
-    seed: int | None = None,
-    rng: RandomSource | None = None,
-    stop_ids: Iterable[int] = (),
+    model: Any, prompt_ids: Sequence[int] | torch.Tensor, max_new_tokens: int, *,
+    method: str = "cas-spec", temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
+    seed: int | None = None, rng: RandomSource | None = None, stop_ids: Iterable[int] = (),
     on_token: Callable[[int], None] | None = None,
     drafts: Hierarchy | Sequence[ExecutionPlan] | None = None,
-    on_step: Callable[[StepTrace], None] | None = None,
-    **options: Any,
-) -> GenerationResult:
+    on_step: Callable[[StepTrace], None] | None = None, **options: Any,
+) -> GenerationResult:  # fmt: skip
     """Generate with speculative decoding; the output law equals `generate_ar`'s.
 
     Args (those `generate_ar` also takes mean the same there):

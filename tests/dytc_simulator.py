@@ -8,9 +8,10 @@ so DyTC's realised tokens per second can be compared with the best fixed schedul
 
 Acceptance model (i.i.d., the one DyTC's formulas assume, so that the test measures the policy
 and its learning, not a model mismatch): a drafted node that continues its draft's chain is
-accepted with the draft's true alpha; the j-th sibling (j >= 2), tried after the earlier ones were
-rejected, with the draft's true sibling probabilities. Prompt lookup and recycled tokens are
-available at a node with a fixed probability (drawn once per node).
+accepted with the draft's true alpha (a free draft extending its own chain with `alpha_next`,
+by default the same); the j-th sibling (j >= 2), tried after the earlier ones were rejected, with
+the draft's true sibling probabilities. Prompt lookup and recycled tokens are available at a node
+with a fixed probability (drawn once per node).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from casspec_ref.dytc import PLD, RECYCLE, DyTCConfig, DyTCPolicy
+from casspec_ref.dytc import PLD, RECYCLE, DyTCConfig, DyTCPolicy, outcome_name
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,7 @@ class World:
     siblings: dict[str, tuple[float, ...]] = field(default_factory=dict)  # 2nd, 3rd... child
     offer: dict[str, float] = field(default_factory=dict)  # P(a free draft proposes at a node)
     offer_len: int = 10
+    alpha_next: dict[str, float] = field(default_factory=dict)  # a free draft continuing its chain
     noise: float = 0.05  # relative timing noise
 
 
@@ -168,10 +170,16 @@ class SimDrafter:
             nxt = None
             for child in self.children[node]:
                 draft, rank = self.draft[child], self.rank[child]
-                p = self.world.alpha[draft] if rank == 0 else self.world.siblings[draft][rank - 1]
+                name = outcome_name(draft, self.draft[node])  # `node` is the parent
+                if rank > 0:
+                    p = self.world.siblings[draft][rank - 1]
+                elif name != draft:  # a free draft extending its own chain
+                    p = self.world.alpha_next.get(draft, self.world.alpha[draft])
+                else:
+                    p = self.world.alpha[draft]
                 accepted = self.rng.random() < p
                 if rank == 0:
-                    tested.append((draft, accepted))
+                    tested.append((name, accepted))
                 if accepted:
                     nxt = child
                     break

@@ -151,7 +151,7 @@ def test_f6_sigint_exits_130_without_traceback(gguf_path: Path) -> None:
     assert proc.stderr.readline().strip() == "ready"
     proc.send_signal(signal.SIGINT)
     err = proc.stderr.read()
-    assert proc.wait(timeout=60) == cli.EXIT_INTERRUPTED
+    assert proc.wait(timeout=60) == cli.EXIT_INTERRUPTED, err
     assert "Traceback" not in err and "interrupted" in err
 
 

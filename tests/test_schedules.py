@@ -165,3 +165,19 @@ def test_option_and_method_errors() -> None:
         generate_speculative(_model(), [1], 4, method="medusa")
     with pytest.raises(ValueError, match="needs at least one model draft"):
         SCHEDULES["static-tree"](ScheduleSpec([], 3))
+
+
+def test_dytc_learns_a_lookup_chain_continuing_apart_from_its_first_token() -> None:
+    """Prompt lookup's first token is a guess, the next ones extend a match: a verified chain
+    teaches `pld` by its first node and `pld+` by the nodes below it; a model draft's chain
+    teaches its one estimate."""
+    model = _model()
+    drafter, _ = _drafter(model, DraftSampling())
+    first, second, third = drafter.add_chain(0, [3, 5, 7], "pld")
+    drafter.add_chain(0, [9], "skip")  # a sibling of another draft, rejected
+    schedule = SCHEDULES["cas-spec"](ScheduleSpec(list(LEVELS), model.config.n_layers))
+    policy = schedule.policy
+    schedule.observe(drafter, [first, second], 0.01)  # the third lookup token is rejected
+    assert (policy.alpha["pld"].count, policy.alpha["pld"]._sum) == (1, 1.0)
+    assert (policy.alpha["pld+"].count, policy.alpha["pld+"]._sum) == (2, 1.0)
+    assert policy.alpha["skip"].count == 1 and policy.alpha["recycle+"].count == 0

@@ -106,7 +106,12 @@ def dytc_report(policy: Any) -> dict[str, Any]:
     return {
         "verify_ms": {t: 1000 * s for t, s in sorted(policy.verify_cost.seconds.items())},
         "drafts": {
-            name: {"alpha": est.alpha, "observations": est.count, "c": policy.cost(name)}
+            # c of a draft; none for a free draft's continuing estimate (`pld+`: same lookup)
+            name: {
+                "alpha": est.alpha,
+                "observations": est.count,
+                "c": policy.cost(name) if name in policy.draft_cost else None,
+            }
             for name, est in policy.alpha.items()
         },
         "explore_budget_s": policy.explore_budget,
@@ -930,7 +935,8 @@ def main(argv: Sequence[str] | None = None, *, model: Any = None, tokenizer: Any
         curve = ", ".join(f"{t}: {ms:.1f}" for t, ms in report["verify_ms"].items())
         print(f"\n{method}: learned verify cost (tree size: ms) {curve}")
         for name, d in report["drafts"].items():
-            print(f"  {name:24s} alpha {d['alpha']:.2f} ({d['observations']} obs), c {d['c']:.3f}")
+            cost = "" if d["c"] is None else f", c {d['c']:.3f}"
+            print(f"  {name:24s} alpha {d['alpha']:.2f} ({d['observations']} obs){cost}")
         row = next(r for r in rows if r["method"] == method and r["group"] == "overall")
         print(f"  branching trees: {row['branching_steps']:.0f} of {row['steps']:.0f} steps")
     print(f"\nwrote {out / 'results.json'}, {out / 'table.txt'}" + "".join(f", {p}" for p in plots))
