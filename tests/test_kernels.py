@@ -80,6 +80,12 @@ def test_exact_linear_reads_the_active_table(monkeypatch: pytest.MonkeyPatch) ->
     kernels.exact_linear(torch.randn(1, 2, 24), w, None)  # no entry: plain F.linear
     kernels.exact_linear(torch.randn(3, 24, dtype=torch.float64), w.double(), None)  # other dtype
     assert used == [("wxt@4", 3)]
+    # Off the CPU (here the meta device) an entry-less product is one F.linear, bf16 included.
+    meta = torch.empty(1, 1, 24, dtype=torch.bfloat16, device="meta")
+    kernels.exact_linear(meta, torch.empty(40, 24, dtype=torch.bfloat16, device="meta"), None)
+    assert used == [("wxt@4", 3)]
+    kernels.exact_linear(torch.randn(1, 1, 24).bfloat16(), torch.randn(40, 24).bfloat16(), None)
+    assert used == [("wxt@4", 3), ("wxt@2", 1)]  # on the CPU: the measured bf16 default
     assert kernels.active_table().form_for(40, 24, torch.float32, 2) == Form("linear")
     assert kernels.active_table().form_for(40, 24, torch.bfloat16, 1) == Form("wxt", 2)
 
