@@ -267,13 +267,15 @@ class TreeEstimate:
 
     parents: list[int] = field(default_factory=lambda: [-1])
     accept: list[float] = field(default_factory=lambda: [1.0])
+    drafts: list[str] = field(default_factory=lambda: ["root"])  # who drafted each node
 
-    def add(self, node: int, parent: int, accept: float) -> None:
+    def add(self, node: int, parent: int, accept: float, draft: str = "") -> None:
         """Record node `node` (an expansion may report it before lower-numbered siblings)."""
         while len(self.parents) <= node:
             self.parents.append(-1)
             self.accept.append(0.0)
-        self.parents[node], self.accept[node] = parent, accept
+            self.drafts.append("")
+        self.parents[node], self.accept[node], self.drafts[node] = parent, accept, draft
 
     def reach(self) -> dict[int, float]:
         return dict(enumerate(reach_probabilities(self.parents, self.accept)))
@@ -339,22 +341,22 @@ class DyTCPolicy:
             return 0.0 if draft in FREE_DRAFTS else self.step_seconds()
         return curve.predict(1)
 
-    def chain_tokens(self, draft: str, k: int) -> float:
-        """Expected accepted tokens of a k-chain of `draft` below a node surely reached: the first
-        at alpha, the next at the continuing alpha (the same estimate for a model draft)."""
-        a_next = self.alpha[outcome_name(draft, draft)].alpha
-        return self.alpha[draft].alpha * (1.0 + geometric_tokens(a_next, k - 1))
+    def chain_tokens(self, draft: str, k: int, below: str = "") -> float:
+        """Expected accepted tokens of a k-chain of `draft` below a node (drafted by `below`)
+        surely reached: the first at alpha, the next ones at the continuing alpha."""
+        first, rest = (self.alpha[outcome_name(draft, d)].alpha for d in (below, draft))
+        return first * (1.0 + geometric_tokens(rest, k - 1))
 
     def cost(self, draft: str) -> float:
         """c of a draft: one call's predicted seconds over a plain step's."""
         return self.draft_seconds(draft) / self.step_seconds()
 
     def _score(
-        self, leaf: int, cum: float, draft: str, room: int, base: tuple[float, float, int]
+        self, leaf: int, cum: float, draft: str, room: int, base: tuple[float, float, int, str]
     ) -> Expansion:
-        """The best chain of `draft` below `leaf`: k up to T(S,k)'s best (a free draft: `room`),
-        by the tree's EWIF. `base` is the tree's (expected tokens, drafting seconds, size)."""
-        tokens, spent, size = base
+        """The best chain of `draft` below `leaf` by the tree's EWIF, k up to T(S,k)'s best (a free
+        draft: `room`). `base`: the tree's expected tokens, drafting seconds, size; leaf's draft."""
+        tokens, spent, size, below = base
         step = self.step_seconds()
         a_s, c_s = self.alpha[draft].alpha, self.cost(draft)
         c_verify = [self.verify_seconds(size + k) / step for k in range(1, room + 1)]
@@ -363,10 +365,9 @@ class DyTCPolicy:
         per_call = self.draft_seconds(draft)
         options = []
         for k in range(1, k_max + 1):
-            calls = 1 if free else k  # a model draft runs one forward per token
-            tree_tokens = tokens + cum * self.chain_tokens(draft, k)
-            verify = self.verify_seconds(size + k)
-            ewif = tree_ewif(tree_tokens, spent + per_call * calls, verify, step)
+            drafting = spent + per_call * (1 if free else k)  # a model draft: a forward per token
+            tree_tokens = tokens + cum * self.chain_tokens(draft, k, below)
+            ewif = tree_ewif(tree_tokens, drafting, self.verify_seconds(size + k), step)
             options.append(Expansion(leaf, draft, k, 1, ewif))
         return max(options, key=lambda e: e.predicted_ewif)
 
@@ -380,7 +381,6 @@ class DyTCPolicy:
         if size >= cfg.max_tree_size:
             return None
         tokens, spent = tree.expected_tokens(), drafter.seconds()
-        base = (tokens, spent, size)
         current = tree_ewif(tokens, spent, self.verify_seconds(size), self.step_seconds())
         options = []
         for leaf, cum in tree.reach().items():
@@ -390,6 +390,7 @@ class DyTCPolicy:
             for draft in drafts:
                 offered = room if draft not in FREE_DRAFTS else drafter.offers(leaf, draft)
                 if offered >= 1:
+                    base = (tokens, spent, size, tree.drafts[leaf])
                     options.append(self._score(leaf, cum, draft, min(room, offered), base))
         best = max(options, key=lambda e: e.predicted_ewif, default=None)
         if best is None or best.predicted_ewif <= current * cfg.min_gain:
@@ -409,7 +410,7 @@ class DyTCPolicy:
         cum = tree.reach()[choice.leaf]
         step = self.step_seconds()
         a_s = self.alpha[choice.draft].alpha
-        chain = cum * self.chain_tokens(choice.draft, choice.k)
+        chain = cum * self.chain_tokens(choice.draft, choice.k, tree.drafts[choice.leaf])
         spent_after = spent + self.draft_seconds(choice.draft) * choice.k
         best_width, best_ewif = 1, choice.predicted_ewif
         extra = 0.0
@@ -454,9 +455,8 @@ class DyTCPolicy:
         later sibling is reached only after the earlier ones were rejected (confidence x alpha)."""
         w = self.config.confidence_weight
         has_child: set[int] = set()
-        leaf = added[0][1] if added else -1  # every node of `added` hangs below it
-        for node, parent, confidence in added:
-            alpha = self.alpha[outcome_name(draft, draft) if parent != leaf else draft].alpha
+        for node, parent, confidence in added:  # parents first
+            alpha = self.alpha[outcome_name(draft, tree.drafts[parent])].alpha
             if parent in has_child:
                 per_token = (confidence if confidence is not None else 1.0) * alpha
             elif confidence is None:
@@ -464,7 +464,7 @@ class DyTCPolicy:
             else:
                 per_token = w * confidence + (1.0 - w) * alpha
             has_child.add(parent)
-            tree.add(node, parent, per_token)
+            tree.add(node, parent, per_token, draft)
 
     # -- 7. what a verified step teaches ------------------------------------------------------
     def observe_step(

@@ -385,6 +385,20 @@ def test_a_free_draft_chain_is_estimated_with_its_continuing_alpha() -> None:
     assert policy.chain_tokens("l1", 3) == pytest.approx(geometric_tokens(model, 3))
 
 
+def test_a_grown_lookup_chain_carries_both_rates() -> None:
+    """The tree DyTC grows from a lookup: its first node at `pld`, the nodes below at `pld+`."""
+    policy = _timed_policy(draft_seconds=0.020, alpha=0.6)
+    policy.alpha[PLD].alpha, policy.alpha["pld+"].alpha = 0.3, 0.8
+    world = World(CURVES["flat (GPU-like)"], {"l1": 0.6, PLD: 0.3}, {"l1": 0.02, PLD: 1e-5},
+                  offer={PLD: 1}, offer_len=3)  # fmt: skip
+    drafter = _drafter(world)
+    reach = policy.grow(drafter, [PLD])
+    assert drafter.size() > 4  # a second lookup below the first chain continues it too
+    assert [reach[n] / reach[drafter.parent[n]] for n in range(1, drafter.size())] == pytest.approx(
+        [0.3] + [0.8] * (drafter.size() - 2)
+    )
+
+
 def test_simulator_dytc_matches_prompt_lookup_in_the_measured_cpu_world() -> None:
     """The world measured on the 2-core EPYC after the split kernel (docs/benchmarks.md): a
     verify forward over up to 4 tokens costs ~1.15x one token's, over 6 nearly 2x; lookup's
