@@ -9,8 +9,8 @@ tree size for a verify forward). The same product can be asked of the BLAS libra
 - ``split``: the rows of ``W`` cut into two blocks, both products asked for in one batched call
   (``torch.bmm``); a BLAS that runs a matrix-vector product on one thread runs the two
   problems of a batch on two, so a one-row product can read the weight twice as fast;
-- ``linear@k`` / ``wxt@k``: the ``n`` rows copied into a zero-filled ``(k, in)`` buffer
-  (``k > n``), the base form applied, the first ``n`` output rows kept.
+- ``linear@k`` / ``wxt@k`` / ``split@k``: the ``n`` rows copied into a zero-filled ``(k, in)``
+  buffer (``k > n``), the base form applied, the first ``n`` output rows kept.
 
 All forms compute every output element as the same dot product of the same numbers: output row
 ``i`` depends on input row ``i`` only, so padding rows change nothing but the cost. Only the
