@@ -134,7 +134,10 @@ def test_f6_closed_stdout_is_not_a_crash(gguf_path: Path) -> None:
 def test_f6_sigint_exits_130_without_traceback(gguf_path: Path) -> None:
     script = textwrap.dedent(
         f"""
-        import sys, time
+        import signal, sys, time
+        # A test run started as a background job inherits SIGINT ignored, and Python then
+        # installs no KeyboardInterrupt handler: restore it, as an interactive shell has it.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         import casspec_ref.generate as g
         def wait(*args, **kwargs):
             print("ready", file=sys.stderr, flush=True)
