@@ -409,7 +409,7 @@ class DyTCPolicy:
         confidences = drafter.alternatives(choice.leaf, choice.draft, limit)
         cum = tree.reach()[choice.leaf]
         step = self.step_seconds()
-        a_s = self.alpha[choice.draft].alpha
+        a_s = self.alpha[outcome_name(choice.draft, tree.drafts[choice.leaf])].alpha  # as `_record`
         chain = cum * self.chain_tokens(choice.draft, choice.k, tree.drafts[choice.leaf])
         spent_after = spent + self.draft_seconds(choice.draft) * choice.k
         best_width, best_ewif = 1, choice.predicted_ewif
