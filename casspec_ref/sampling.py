@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from casspec_ref.base import input_checks as checks
+from casspec_ref.base import nucleus
 
 
 def target_law(
@@ -33,10 +34,9 @@ def target_law(
         x = x.scatter(-1, order[..., top_k:], float("-inf"))  # all but the top k go
     probs = torch.softmax(x, dim=-1)  # (..., V)
     if top_p < 1.0:
-        sorted_probs, order = torch.sort(probs, dim=-1, descending=True, stable=True)  # (..., V)
-        mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs  # (..., V)
-        keep_sorted = mass_before < top_p
-        keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)  # (..., V)
+        # Keep while the mass before a token, in decreasing order, is below top_p (ties: lower
+        # ids first); computed without sorting all V probabilities (see base/nucleus.py).
+        keep = nucleus.top_p_keep(probs, top_p)  # (..., V) bool
         probs = torch.where(keep, probs, torch.zeros_like(probs))
         probs = probs / probs.sum(dim=-1, keepdim=True)
     return probs

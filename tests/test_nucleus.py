@@ -1,0 +1,89 @@
+"""base/nucleus.py: top-p by a sorted head decides exactly as the full stable sort does."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from casspec_ref.base import nucleus
+
+
+def full_sort_reference(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """The rule written out in Python, one token at a time, in the full stable order."""
+    keep = torch.zeros(probs.shape, dtype=torch.bool)
+    for r, row in enumerate(probs.reshape(-1, probs.shape[-1])):
+        order = sorted(range(row.shape[0]), key=lambda i: (-float(row[i]), i))
+        cumulative = torch.cumsum(row[order], dim=0)
+        for place, i in enumerate(order):
+            keep.view(-1, probs.shape[-1])[r, i] = bool(cumulative[place] - row[i] < top_p)
+    return keep
+
+
+@pytest.mark.parametrize("scale", [0.3, 1.0, 3.0, 8.0])
+@pytest.mark.parametrize("top_p", [0.5, 0.9, 0.99])
+def test_head_sort_equals_full_sort_on_a_real_vocabulary_size(scale, top_p):
+    """V = 49,152 (SmolLM2): flat rows need the whole vocabulary, peaked ones a few tokens."""
+    generator = torch.Generator().manual_seed(int(scale * 100) + int(top_p * 1000))
+    logits = torch.randn(3, 49152, generator=generator, dtype=torch.float64) * scale
+    probs = torch.softmax(logits, dim=-1)
+    keep = nucleus.top_p_keep(probs, top_p)
+    assert torch.equal(keep, nucleus.keep_by_full_sort(probs, top_p))
+    assert keep.any(dim=-1).all()
+
+
+def test_the_full_sort_helper_matches_the_rule_written_out():
+    probs = torch.tensor([[0.25, 0.125, 0.5, 0.125], [0.25, 0.25, 0.25, 0.25]], dtype=torch.float64)
+    for top_p in (0.3, 0.5, 0.75, 0.8, 1.0):
+        assert torch.equal(
+            nucleus.keep_by_full_sort(probs, top_p), full_sort_reference(probs, top_p)
+        )
+    # 0.5 first, then 0.25; the two 0.125s tie and the lower id (1) comes first.
+    assert nucleus.keep_by_full_sort(probs, 0.8)[0].tolist() == [True, True, True, False]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    weights=st.lists(st.integers(0, 6), min_size=1, max_size=40).filter(any),
+    top_p=st.sampled_from([0.1, 0.25, 0.5, 0.7, 0.9, 0.999]),
+    head=st.sampled_from([1, 2, 3, 5]),
+    rows=st.integers(1, 3),
+)
+@example(weights=[1, 1, 1, 1], top_p=0.5, head=1, rows=1)  # every token ties with the k-th
+@example(weights=[4, 2, 1, 1], top_p=0.75, head=2, rows=1)  # the head sum meets top_p exactly
+def test_head_sort_equals_full_sort_with_ties_and_growth(weights, top_p, head, rows):
+    """Small integer weights tie often; a head of 1-5 tokens forces the growth steps and the
+    fallback, where the real head (256) would go straight to the full sort."""
+    law = torch.tensor(weights, dtype=torch.float64)
+    probs = torch.stack([torch.roll(law, r) for r in range(rows)]) / law.sum()  # (rows, V)
+    keep = nucleus.top_p_keep(probs, top_p, first_head=head)
+    assert torch.equal(keep, nucleus.keep_by_full_sort(probs, top_p))
+    assert torch.equal(keep, full_sort_reference(probs, top_p))
+
+
+def test_a_head_short_of_top_p_by_less_than_the_margin_is_not_trusted(monkeypatch):
+    """Head mass within MARGIN of top_p: the tail's mass before could round below top_p, so the
+    head alone must not decide; the answer still equals the full sort's."""
+    probs = torch.tensor([0.5, 0.25, 0.125, 0.125], dtype=torch.float64)
+    calls = []
+    real = nucleus.keep_by_full_sort
+
+    def spy(p: torch.Tensor, top_p: float) -> torch.Tensor:
+        calls.append(p.shape)
+        return real(p, top_p)
+
+    monkeypatch.setattr(nucleus, "keep_by_full_sort", spy)
+    # The head {0.5} sums to 0.5 == top_p, not past it.
+    keep = nucleus.top_p_keep(probs, 0.5, first_head=1)
+    assert keep.tolist() == [True, False, False, False]
+    assert calls == [torch.Size([4])]  # fell back to the full sort
+
+
+def test_shapes_batches_and_empty_input_are_kept():
+    probs = torch.softmax(torch.randn(2, 3, 300, dtype=torch.float64), dim=-1)
+    keep = nucleus.top_p_keep(probs, 0.8)
+    assert keep.shape == probs.shape and keep.dtype == torch.bool
+    assert torch.equal(keep, nucleus.keep_by_full_sort(probs, 0.8))
+    empty = torch.zeros(0, 5, dtype=torch.float64)
+    assert nucleus.top_p_keep(empty, 0.8).shape == (0, 5)
