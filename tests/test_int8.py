@@ -60,3 +60,51 @@ def test_selection_and_plan_follow_the_readable_builder(backend: str) -> None:
     assert plan.linear.int8_bytes() == 16 * 32
     with pytest.raises(ValueError, match="unknown names"):
         Int8Kernel(names=frozenset({"mlp_dwn"}))
+
+
+def _separate(x: torch.Tensor, w: torch.Tensor, name: str) -> torch.Tensor:
+    """One linear alone: a fresh kernel has seen no group, so it runs this product by itself."""
+    return Int8Kernel(backend="fbgemm")(x, w, None, 0, name)
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_fbgemm_groups_are_bit_for_bit_the_separate_products(rows: int) -> None:
+    """q, k, v (and gate, up) in one call over stacked int8 weights: integer accumulation is
+    exact and the rescaling per output element, so each output equals its own product."""
+    gen = torch.Generator().manual_seed(11 + rows)
+    x = torch.randn(1, rows, 64, generator=gen)
+    x[0, -1] *= 9.0
+    weights = {
+        "attn_q": torch.randn(48, 64, generator=gen),
+        "attn_k": torch.randn(16, 64, generator=gen),
+        "attn_v": torch.randn(16, 64, generator=gen),
+        "mlp_gate": torch.randn(40, 64, generator=gen),
+        "mlp_up": torch.randn(40, 64, generator=gen),
+    }
+    kernel = Int8Kernel(backend="fbgemm")
+    for _ in range(2):  # the first pass learns the groups' weights, the second stacks them
+        outs = {name: kernel(x, w, None, 0, name) for name, w in weights.items()}
+    assert set(kernel._packed) == {(0, "attn_q+attn_k+attn_v"), (0, "mlp_gate+mlp_up")}
+    assert kernel.int8_bytes() == sum(w.numel() for w in weights.values())
+    for name, w in weights.items():
+        assert outs[name].shape == (1, rows, w.shape[0])
+        assert torch.equal(outs[name], _separate(x, w, name)), name
+
+
+def test_a_stashed_group_output_is_used_only_for_the_same_input_and_weight() -> None:
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 32, generator=gen)
+    wq, wk, wv = (torch.randn(8, 32, generator=gen) for _ in range(3))
+    kernel = Int8Kernel(backend="fbgemm")
+    for _ in range(2):
+        for name, w in (("attn_q", wq), ("attn_k", wk), ("attn_v", wv)):
+            kernel(x, w, None, 0, name)
+    kernel(x, wq, None, 0, "attn_q")  # stashes k and v for x
+    x.mul_(2.0)  # the input changed in place: the stash must not answer for it
+    assert torch.equal(kernel(x, wk, None, 0, "attn_k"), _separate(x, wk, "attn_k"))
+    kernel(x, wq, None, 0, "attn_q")
+    wv2 = wv + 1.0  # another v weight than the one stacked
+    assert torch.equal(kernel(x, wv2, None, 0, "attn_v"), _separate(x, wv2, "attn_v"))
+    other = x.clone()  # equal values, another tensor: computed, and still the same numbers
+    kernel(x, wq, None, 0, "attn_q")
+    assert torch.equal(kernel(other, wk, None, 0, "attn_k"), _separate(x, wk, "attn_k"))
