@@ -36,9 +36,9 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
 
 
 def rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotary embedding, HF's "rotate half" form: ``x cos + (-x2, x1) sin``, ``x = (x1, x2)``."""
-    half = x.shape[-1] // 2
-    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+    """Rotary embedding, HF's "rotate half" form: ``x cos + (-x2, x1) sin``, ``x = (x1, x2)``.
+    The sign lives in the table (`_tables`): ``(-x2, x1) sin = (x2, x1) (-sin1, sin2)``, a roll."""
+    return x * cos + x.roll(x.shape[-1] // 2, dims=-1) * sin
 
 
 class Transformer(nn.Module):
@@ -103,16 +103,16 @@ class Transformer(nn.Module):
         return super().load_state_dict(*args, **kwargs)
 
     def _tables(self, dtype: torch.dtype, device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
-        """``arange(max_seq_len)`` (default positions) and the rotary cos/sin tables
-        ``(max_seq_len, D_head)``, computed in float64 then cast once (GPT-2 ignores them)."""
+        """Default positions ``arange(max_seq_len)`` and the rotary tables cos, sin ``(max_seq_len,
+        D_head)``, sin's first half negated (`rope`); float64, cast once (GPT-2 ignores them)."""
         key = (dtype, device)
         if key not in self._derived:
             c = self.config
             half = c.head_dim // 2
             inv_freq = c.rope_theta ** (-torch.arange(half, dtype=torch.float64) * 2 / c.head_dim)
             angles = torch.outer(torch.arange(c.max_seq_len, dtype=torch.float64), inv_freq)
-            angles = torch.cat((angles, angles), dim=-1)  # (max_seq_len, D_head)
-            cos, sin = angles.cos().to(device, dtype), angles.sin().to(device, dtype)
+            cos = torch.cat((angles.cos(), angles.cos()), dim=-1).to(device, dtype)  # (S, D_head)
+            sin = torch.cat((-angles.sin(), angles.sin()), dim=-1).to(device, dtype)  # (S, D_head)
             self._derived[key] = (torch.arange(c.max_seq_len, device=device), cos, sin)
         return self._derived[key]
 

@@ -14,7 +14,7 @@ from casspec_ref.base.random_weights import random_init_
 from casspec_ref.config import ModelConfig, tiny_gpt2, tiny_llama
 from casspec_ref.io.weights import to_hf_llama_state_dict
 from casspec_ref.kv_cache import KVCache
-from casspec_ref.model import Transformer
+from casspec_ref.model import Transformer, rope
 from casspec_ref.plan import ExecutionPlan
 
 FAMILIES = {"llama": tiny_llama, "gpt2": tiny_gpt2}
@@ -290,6 +290,22 @@ def test_llama_rope_depends_only_on_relative_positions() -> None:
     torch.testing.assert_close(model(tokens, shifted), model(tokens), **TOL)
     gpt2 = make_model("gpt2")  # learned positions are absolute: the shift must matter
     assert not torch.allclose(gpt2(tokens % 53, shifted), gpt2(tokens % 53))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_rope_roll_with_signed_table_is_the_rotate_half_form_bit_for_bit(dtype) -> None:
+    """`rope` rolls x against a sin table whose first half is negated; written out with the
+    plain table, HF's form is ``x cos + (-x2, x1) sin``: the same products, the same bits."""
+    model = make_model("llama")
+    _, cos, signed_sin = model._tables(dtype, torch.device("cpu"))
+    half = cos.shape[-1] // 2
+    sin = torch.cat((signed_sin[:, half:], signed_sin[:, half:]), dim=-1)  # (S, D_head)
+    assert torch.equal(signed_sin[:, :half], -sin[:, :half])
+    x = torch.randn(2, 3, 5, 2 * half, dtype=torch.float64).to(dtype)  # (B, H, T, D_head)
+    positions = torch.tensor([0, 1, 7, 30, 63])
+    c, s = cos[positions], sin[positions]  # (T, D_head)
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    assert torch.equal(rope(x, c, signed_sin[positions]), x * c + rotated * s)
 
 
 @pytest.mark.parametrize("tied", [False, True])
