@@ -56,7 +56,7 @@ class DyTCConfig:
     long_context: int = 512  # the context length that triggers `long_context_drop`
     cost_weight: float = 0.3  # the weight of a new timing in its size's running estimate
     reexplore: float = 0.02  # per step untested, an estimate moves this far back to its prior
-    explore_fraction: float = 0.05  # the most of the time spent exploring sizes (0 = never)
+    explore_fraction: float = 0.02  # the most of the time spent exploring sizes (0 = never)
     explore_horizon: int = 128  # steps after which a size's timing is stale
     calibration_sizes: tuple[int, ...] = (2, 4, 8, 16)  # timed by scratch forwards first (or none)
 
