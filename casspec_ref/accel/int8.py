@@ -32,6 +32,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
@@ -44,6 +45,7 @@ from casspec_ref.plan import LINEAR_NAMES, ExecutionPlan
 BACKENDS = ("auto", "fbgemm", "int_mm")
 #: Linears a block calls one after the other on the same input, by the name of the first.
 GROUPS = {"attn_q": ("attn_q", "attn_k", "attn_v"), "mlp_gate": ("mlp_gate", "mlp_up")}
+LAST_OF_GROUP = {group[-1]: group for group in GROUPS.values()}
 
 
 @dataclass(frozen=True)
@@ -112,13 +114,12 @@ class Int8Kernel:
             stashed = self._stash.pop(key, None)
             if stashed is not None and stashed[0] is x and stashed[1:3] == (x._version, stamp):
                 return stashed[3]  # computed by the first linear of this group, same input
-            group = GROUPS.get(name, ())
-            if len(group) > 1 and all(
-                self.applies(layer, n) and (layer, n) in self._seen for n in group
-            ):
-                out = self._fbgemm_group(x, x2, weight, bias, layer, group)
+            if name in GROUPS:
+                out = self._fbgemm_group(x, x2, weight, bias, layer, GROUPS[name])
             else:
                 out = self._fbgemm_matmul(x2, weight, bias, layer, name)
+                if name in LAST_OF_GROUP:  # the group's last member: stack it now (one-time
+                    self._group_pack(layer, LAST_OF_GROUP[name])  # setup of the 1st forward)
         else:
             out = self._int_mm_matmul(x2, weight, bias, layer, name)
         return out.reshape(*lead, weight.shape[0])  # (..., D_out)
@@ -153,23 +154,24 @@ class Int8Kernel:
     def _fbgemm_matmul(
         self,
         x: torch.Tensor,
-        weight: torch.Tensor | Callable[[], torch.Tensor],
+        weight: torch.Tensor,
         bias: torch.Tensor | None,
         layer: int,
         name: str,
-        stamp: tuple | None = None,
     ) -> torch.Tensor:
-        """``weight``: the weight, or (with ``stamp``) a function making it, called only when
-        the pack of ``(layer, name)`` must be (re)built."""
-        key = (layer, name)
-        if stamp is None:
-            assert isinstance(weight, torch.Tensor)
-            stamp = _stamp(weight, bias)
+        packed = self._pack((layer, name), _stamp(weight, bias), lambda: weight, bias)
+        return self._run_packed(x, packed)
+
+    def _pack(
+        self, key: tuple[int, str], stamp: tuple, weight: Callable[[], torch.Tensor], bias: Any
+    ) -> Any:
+        """fbgemm's prepacked int8 weight for ``key``, (re)built from ``weight()`` when it is
+        missing or was made from other tensors than ``stamp`` names."""
         hit = self._packed.get(key)
         if hit is None or hit[1] != stamp:
-            weight = weight if isinstance(weight, torch.Tensor) else weight()
-            q, scale = quantize_absmax(weight.float(), 8)  # (D_out, D_in) int8, (D_out, 1)
-            zeros = torch.zeros(weight.shape[0], dtype=torch.long)
+            w = weight()
+            q, scale = quantize_absmax(w.float(), 8)  # (D_out, D_in) int8, (D_out, 1)
+            zeros = torch.zeros(w.shape[0], dtype=torch.long)
             with warnings.catch_warnings():
                 # PyTorch marks quantized-tensor creation as deprecated; the packed int8 GEMM
                 # it feeds is still the CPU's fastest int8 path (see the module docstring).
@@ -180,17 +182,37 @@ class Int8Kernel:
                 packed = torch.ops.quantized.linear_prepack(
                     qweight, None if bias is None else bias.float()
                 )
-            hit = (packed, stamp, weight.numel())
+            hit = (packed, stamp, w.numel())
             self._packed[key] = hit
+        return hit[0]
+
+    def _run_packed(self, x: torch.Tensor, packed: Any) -> torch.Tensor:
+        """``x`` (rows, D_in) times a packed weight: (rows, D_out) in ``x``'s dtype."""
         xf = x.float()
         if xf.shape[0] == 1:
-            return torch.ops.quantized.linear_dynamic(xf, hit[0], self.reduce_range).to(x.dtype)
+            return torch.ops.quantized.linear_dynamic(xf, packed, self.reduce_range).to(x.dtype)
         # One call per token row: fbgemm's activation scale is per call, i.e. per token here.
         rows = [
-            torch.ops.quantized.linear_dynamic(xf[i : i + 1], hit[0], self.reduce_range)
+            torch.ops.quantized.linear_dynamic(xf[i : i + 1], packed, self.reduce_range)
             for i in range(xf.shape[0])
         ]  # T x (1, D_out)
         return torch.cat(rows).to(x.dtype)  # (T, D_out)
+
+    def _group_pack(self, layer: int, group: tuple[str, ...]) -> tuple[Any, list[tuple]] | None:
+        """The stacked pack of ``group`` in block ``layer`` and its members' stamps, built from
+        the weights they were last called with; None unless all were seen without a bias."""
+        if not all(self.applies(layer, n) and (layer, n) in self._seen for n in group):
+            return None
+        members = [self._seen[(layer, n)] for n in group]
+        if any(b is not None for _, b in members):
+            return None
+        stamps = [_stamp(w, None) for w, _ in members]
+        key = (layer, "+".join(group))
+        if key not in self._packed:
+            for n in group:  # the members' own packs are no longer needed
+                self._packed.pop((layer, n), None)
+        stacked = partial(torch.cat, [w for w, _ in members])  # (sum of D_out, D_in)
+        return self._pack(key, tuple(stamps), stacked, None), stamps
 
     def _fbgemm_group(
         self,
@@ -203,20 +225,12 @@ class Int8Kernel:
     ) -> torch.Tensor:
         """The group's products in one fbgemm call over the stacked weights: returns the first
         (this call's) output (rows, D_out) and stashes the others for their own calls."""
-        members = [(weight, bias)] + [self._seen[(layer, n)] for n in group[1:]]
-        if any(b is not None for _, b in members):
+        found = self._group_pack(layer, group)
+        if found is None:
             return self._fbgemm_matmul(x2, weight, bias, layer, group[0])
-        stamps = tuple(_stamp(w, b) for w, b in members)
-        key = (layer, "+".join(group))
-        if key not in self._packed:
-            for n in group:  # the members' own packs are no longer needed
-                self._packed.pop((layer, n), None)
-
-        def stacked() -> torch.Tensor:
-            return torch.cat([w for w, _ in members])  # (sum of D_out, D_in)
-
-        out = self._fbgemm_matmul(x2, stacked, None, layer, key[1], stamp=stamps)
-        parts = out.split([w.shape[0] for w, _ in members], dim=-1)
+        packed, stamps = found
+        out = self._run_packed(x2, packed)
+        parts = out.split([s[0][0] for s in stamps], dim=-1)
         lead = x.shape[:-1]
         for n, part, stamp in zip(group[1:], parts[1:], stamps[1:], strict=True):
             self._stash[(layer, n)] = (x, x._version, stamp, part.reshape(*lead, part.shape[-1]))
