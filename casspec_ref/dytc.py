@@ -120,7 +120,7 @@ class CostCurve:
     def observe(self, tokens: int, seconds: float) -> None:
         """Record one forward over `tokens` tokens that took `seconds`."""
         checks.check_timing(tokens, seconds)
-        old = self.seconds.get(tokens)
+        old = None if self.stale(tokens) else self.seconds.get(tokens)  # stale: replaced
         self.seconds[tokens] = seconds if old is None else old + self.weight * (seconds - old)
         self._last_seen[tokens] = self._now
 
@@ -331,8 +331,8 @@ class DyTCPolicy:
         return max(self.verify_cost.predict(1), 1e-9)
 
     def untimed(self, drafts: Iterable[str]) -> list[str]:
-        """The model drafts among `drafts` whose cost has not been measured yet."""
-        return [d for d in drafts if d not in FREE_DRAFTS and len(self.draft_cost[d]) == 0]
+        """The model drafts among `drafts` whose cost was never measured or is stale (re-probed)."""
+        return [d for d in drafts if d not in FREE_DRAFTS and self.draft_cost[d].stale(1)]
 
     def draft_seconds(self, draft: str) -> float:
         """Predicted seconds of one single-token call of `draft` (0 for an untimed free draft)."""

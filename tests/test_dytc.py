@@ -344,13 +344,29 @@ def test_exploration_recovers_from_a_load_spike() -> None:
     assert max(sizes[-500:]) > 1 and sum(sizes[-500:]) / 500 > 2
 
 
+def test_a_draft_timed_during_a_stall_is_timed_again() -> None:
+    """A model draft whose one kept timing came from a stall (10 plain steps; e.g. a one-time
+    setup the first, discarded, timing did not absorb) looks useless and is not drafted; once
+    that timing is `explore_horizon` steps old it is stale, the draft is probed again, the new
+    timing replaces the stale one, and DyTC drafts with it (no lock-out by one bad timing)."""
+    world = World(CURVES["flat (GPU-like)"], {"good": 0.85}, {"good": 0.004})
+    policy = DyTCPolicy(["good"], DyTCConfig(explore_horizon=32))
+    policy.observe_step([], 1, world.verify(1), {})
+    for seconds in (1.0, 10 * world.verify(1)):  # the first is discarded, the second kept
+        policy.observe_step([], 1, world.verify(1), {"good": (1, seconds)})
+    assert policy.cost("good") > 5
+    _, policy, sizes = run_dytc(world, 400, seed=3, drafts=("good",), policy=policy)
+    assert policy.cost("good") < 0.5
+    assert sum(size > 1 for size in sizes[-200:]) > 150
+
+
 def test_exploring_a_stale_size_is_paid_by_the_budget() -> None:
     """A stale size whose extra cost the budget can pay is predicted at the floor; when a tree
     of that size is verified, the budget pays exactly that predicted extra cost, and a size
     measured recently is predicted as measured and costs the budget nothing."""
     policy = _timed_policy(draft_seconds=0.004, alpha=0.9, siblings=1, explore_horizon=4)
-    for _ in range(4):  # sizes 2..32 go stale; the budget earns 5% of each step
-        policy.observe_step([], 1, 0.040, {})
+    for _ in range(4):  # sizes 2..32 go stale (the draft's timing is kept fresh); the budget
+        policy.observe_step([], 1, 0.040, {"l1": (1, 0.004)})  # earns explore_fraction of each
     extra = policy.verify_cost.predict(5) - policy.verify_cost.floor()
     assert 0 < extra <= policy.explore_budget and policy.verify_cost.stale(5)
     assert policy.verify_seconds(5) == policy.verify_cost.floor()
