@@ -70,7 +70,7 @@ thorough: setup
 	HYPOTHESIS_PROFILE=thorough $(BIN)/python -m pytest -q --thorough tests
 
 # mutmut mutates, in a copy (mutants/), the verifier, the sampling transforms and their checks
-# (base/input_checks.py), the tree and the drafting code (every method of StepDrafter: mutmut
+# (base/input_checks.py), the top-p head sort (base/nucleus.py), the tree and the drafting code (every method of StepDrafter: mutmut
 # names them casspec_ref.draft.xǁStepDrafterǁMETHOD__mutmut_N; the baselines' drafting
 # functions casspec_ref.baselines.drafting.x_FUNCTION__mutmut_N), and runs the fast tests
 # covering each mutated function ([tool.mutmut] in pyproject.toml). CPU-heavy: one thread per
@@ -82,7 +82,7 @@ MUTATION_NAMES ?= "casspec_ref.verify*" "casspec_ref.sampling*" "casspec_ref.tre
 	"casspec_ref.base.input_checks.x_check_logits*" "casspec_ref.base.input_checks.x_check_weights*" \
 	"casspec_ref.base.input_checks.x_check_probability*" \
 	"casspec_ref.base.input_checks.x_check_seed_or_generator*" "casspec_ref.base.law_checks.x_*" \
-	"casspec_ref.draft.xǁStepDrafterǁ*" "casspec_ref.baselines.drafting.x_*"
+	"casspec_ref.draft.xǁStepDrafterǁ*" "casspec_ref.baselines.drafting.x_*" "casspec_ref.base.nucleus.x_*"
 mutation: setup
 	$(BIN)/python -m pip install --quiet -e ".[mutation]" torch==2.13.0
 	OMP_NUM_THREADS=1 HYPOTHESIS_PROFILE=mutation $(BIN)/mutmut run \
