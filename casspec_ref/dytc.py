@@ -99,8 +99,8 @@ class AcceptanceEstimator:
 
 # ------------------------------------------------------------------ 2. the cost curve
 class CostCurve:
-    """Seconds of one forward by the number of tokens it processes, learned online: one EMA
-    per measured size. A size not measured in the last `horizon` steps (`tick`) is `stale`."""
+    """Seconds of one forward by the number of tokens it processes, learned online: one EMA per
+    size. A size not measured in the last `horizon` steps is `stale`: a new timing replaces it."""
 
     def __init__(self, weight: float = 0.3, horizon: int = 64) -> None:
         checks.check_cost_curve(weight, horizon)

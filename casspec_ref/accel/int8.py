@@ -22,7 +22,8 @@ On the fbgemm backend the linears that read the same input one after the other i
 group computes the group and keeps the others' outputs for their own calls. Integer accumulation
 is exact and the rescaling is per output element, so every output is bit for bit what the
 separate products give (tested); a fbgemm call costs ~15 us before it reads a byte, and this
-saves three of the seven calls per block.
+saves three of the seven calls per block. The stacks are built during the first forward, by
+each group's last member, so that all one-time setup stays in the draft's first call.
 
 Choose it per forward by picking the plan (`int8_plan`).
 """
