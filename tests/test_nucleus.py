@@ -87,3 +87,21 @@ def test_shapes_batches_and_empty_input_are_kept():
     assert torch.equal(keep, nucleus.keep_by_full_sort(probs, 0.8))
     empty = torch.zeros(0, 5, dtype=torch.float64)
     assert nucleus.top_p_keep(empty, 0.8).shape == (0, 5)
+
+
+def test_the_head_decides_a_peaked_row_on_the_cpu(monkeypatch):
+    """The fast path really runs: a peaked row is decided by its head, without the full sort.
+    (Every equality test above would still pass if `top_p_keep` always fell back.)"""
+    calls = []
+    real = nucleus.keep_by_full_sort
+
+    def spy(p: torch.Tensor, top_p: float) -> torch.Tensor:
+        calls.append(p.shape)
+        return real(p, top_p)
+
+    monkeypatch.setattr(nucleus, "keep_by_full_sort", spy)
+    generator = torch.Generator().manual_seed(7)
+    probs = torch.softmax(torch.randn(2, 49152, generator=generator, dtype=torch.float64) * 8, -1)
+    keep = nucleus.top_p_keep(probs, 0.9)
+    assert calls == []
+    assert torch.equal(keep, real(probs, 0.9))
