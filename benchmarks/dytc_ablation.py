@@ -1,0 +1,144 @@
+"""DyTC against prompt lookup, taken apart: where a CAS-Spec step's time goes, and what each
+part of the policy costs.
+
+Scope: `python -m casspec_ref bench` reports speedups per Spec-Bench group; this script explains
+them. On the first turn of each question of a prompt set it runs, interleaved question by
+question in one process (so that a load change on a shared machine hits every variant alike):
+
+- ``ar``: the naive loop (`generate_ar`), the baseline of every ratio;
+- ``pld:3``: prompt lookup proposing at most 3 tokens (the best fixed schedule on the 2-core CPU);
+- ``cas-spec``: DyTC with the model's draft levels, prompt lookup and recycled tokens;
+- ``dytc-free``: DyTC with prompt lookup and recycled tokens only (``drafts=()``);
+- any ``--variant NAME@FIELD=VALUE,...``: NAME (``cas-spec`` or ``dytc-free``) with those
+  `DyTCConfig` fields changed, e.g. ``dytc-free@explore_fraction=0.05``.
+
+Each DyTC variant keeps one policy across questions, as the bench does. Under greedy decoding
+every output must equal the naive loop's (checked). Per variant it prints tokens/s and the ratio
+to ``ar``, tokens per step, milliseconds per step (drafting, planning, verification), the tree
+sizes and, per draft, proposed and accepted nodes. Numbers and their reading: docs/benchmarks.md
+(stop 13). Run: ``OMP_NUM_THREADS=2 python benchmarks/dytc_ablation.py --questions heldout``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from casspec_ref.accel import kernel_table
+from casspec_ref.base import kernels
+from casspec_ref.dsia.prompt_lookup import PromptLookupConfig
+from casspec_ref.dytc import DyTCConfig, DyTCPolicy
+from casspec_ref.generate import generate_ar
+from casspec_ref.io.weights import load_model
+from casspec_ref.speculative import default_drafts, generate_speculative
+
+DATA = os.path.join(os.path.dirname(__file__), "..", "casspec_ref", "data")
+SETS = {"bundled": "prompts.jsonl", "heldout": "prompts_heldout.jsonl"}
+
+
+def parse_variant(text: str) -> tuple[str, DyTCConfig]:
+    """``"dytc-free@explore_fraction=0.05,window=60"`` -> ("dytc-free", the config)."""
+    base, _, spec = text.partition("@")
+    if base not in ("cas-spec", "dytc-free"):
+        raise SystemExit(f"--variant {text!r}: the base must be cas-spec or dytc-free")
+    fields: dict[str, Any] = {}
+    for item in filter(None, spec.split(",")):
+        name, _, value = item.partition("=")
+        fields[name] = float(value) if "." in value else int(value)
+    return base, DyTCConfig(**fields)
+
+
+def make_runners(model: Any, variants: list[str], n: int) -> dict[str, Callable]:
+    """One function per variant: prompt ids -> the generation result."""
+    levels = [plan.name for plan in default_drafts(model)]
+    runners: dict[str, Callable] = {
+        "ar": lambda p: generate_ar(model, p, n),
+        "pld:3": lambda p: generate_speculative(
+            model, p, n, method="pld", pld=PromptLookupConfig(max_proposal=3)
+        ),
+    }
+    for name in ["cas-spec", "dytc-free", *variants]:
+        base, config = parse_variant(name) if "@" in name else (name, DyTCConfig())
+        free = base == "dytc-free"
+        policy = DyTCPolicy([] if free else levels, config)
+        options: dict[str, Any] = {"drafts": ()} if free else {}
+        runners[name] = lambda p, policy=policy, options=options: generate_speculative(
+            model, p, n, method="cas-spec", policy=policy, **options
+        )
+    return runners
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--questions", choices=sorted(SETS), default="heldout")
+    parser.add_argument("--max-new-tokens", type=int, default=96)
+    parser.add_argument("--limit", type=int, default=0, help="the first N questions (0 = all)")
+    parser.add_argument("--variant", action="append", default=[], help="NAME@FIELD=VALUE,...")
+    args = parser.parse_args()
+
+    model, tokenizer = load_model()
+    assert tokenizer is not None
+    kernels.use_table(kernel_table.prepare(kernel_table.model_shapes(model), torch.float32))
+    with open(os.path.join(DATA, SETS[args.questions]), encoding="utf-8") as f:
+        questions = [json.loads(line) for line in f if line.strip()]
+    if args.limit:
+        questions = questions[: args.limit]
+    runners = make_runners(model, args.variant, args.max_new_tokens)
+
+    seconds: collections.Counter[str] = collections.Counter()
+    tokens: collections.Counter[str] = collections.Counter()
+    stats: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    sizes: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    for q in questions:
+        prompt = tokenizer.apply_chat_template([{"role": "user", "content": q["turns"][0]}])
+        reference = None
+        for name, run in runners.items():
+            start = time.perf_counter()
+            result = run(prompt)
+            seconds[name] += time.perf_counter() - start
+            out = list(result.tokens)
+            tokens[name] += len(out)
+            reference = out if reference is None else reference
+            if out != reference:
+                raise SystemExit(
+                    f"{name} differs from the naive loop on question {q['question_id']}"
+                )
+            for key in ("steps", "time_draft_s", "time_plan_s", "time_verify_s"):
+                stats[name][key] += result.stats.get(key, 0)
+            for source, count in result.stats.get("proposed", {}).items():
+                stats[name][f"proposed {source}"] += count
+            for source, count in result.stats.get("accepted", {}).items():
+                stats[name][f"accepted {source}"] += count
+            sizes[name].update(result.stats.get("tree_sizes", []))
+
+    base = tokens["ar"] / seconds["ar"]
+    print(
+        f"{len(questions)} questions ({args.questions}), {args.max_new_tokens} new tokens, greedy"
+    )
+    for name in runners:
+        rate, s = tokens[name] / seconds[name], stats[name]
+        line = f"{name:34s} {rate:6.1f} tok/s  x{rate / base:.3f}"
+        if s["steps"]:
+            steps = s["steps"]
+            line += (
+                f"  {tokens[name] / steps:.2f} tok/step  ms/step: draft "
+                f"{1e3 * s['time_draft_s'] / steps:.2f} (plan {1e3 * s['time_plan_s'] / steps:.2f})"
+                f" verify {1e3 * s['time_verify_s'] / steps:.2f}"
+            )
+        print(line)
+        if s["steps"]:
+            drafts = sorted({k.split(" ", 1)[1] for k in s if k.startswith("proposed ")})
+            nodes = ", ".join(f"{d} {s['accepted ' + d]}/{s['proposed ' + d]}" for d in drafts)
+            print(f"{'':34s} accepted/proposed: {nodes}")
+            print(f"{'':34s} tree sizes: {dict(sorted(sizes[name].items()))}")
+
+
+if __name__ == "__main__":
+    main()
