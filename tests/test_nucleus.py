@@ -10,6 +10,19 @@ from hypothesis import strategies as st
 from casspec_ref.base import nucleus
 
 
+def spy_on_the_full_sort(monkeypatch: pytest.MonkeyPatch) -> list[torch.Size]:
+    """Record the shape of every call of `keep_by_full_sort` (which still answers)."""
+    calls: list[torch.Size] = []
+    real = nucleus.keep_by_full_sort
+
+    def spy(p: torch.Tensor, top_p: float) -> torch.Tensor:
+        calls.append(p.shape)
+        return real(p, top_p)
+
+    monkeypatch.setattr(nucleus, "keep_by_full_sort", spy)
+    return calls
+
+
 def full_sort_reference(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     """The rule written out in Python, one token at a time, in the full stable order."""
     keep = torch.zeros(probs.shape, dtype=torch.bool)
@@ -66,14 +79,7 @@ def test_a_head_short_of_top_p_by_less_than_the_margin_is_not_trusted(monkeypatc
     """Head mass within MARGIN of top_p: the tail's mass before could round below top_p, so the
     head alone must not decide; the answer still equals the full sort's."""
     probs = torch.tensor([0.5, 0.25, 0.125, 0.125], dtype=torch.float64)
-    calls = []
-    real = nucleus.keep_by_full_sort
-
-    def spy(p: torch.Tensor, top_p: float) -> torch.Tensor:
-        calls.append(p.shape)
-        return real(p, top_p)
-
-    monkeypatch.setattr(nucleus, "keep_by_full_sort", spy)
+    calls = spy_on_the_full_sort(monkeypatch)
     # The head {0.5} sums to 0.5 == top_p, not past it.
     keep = nucleus.top_p_keep(probs, 0.5, first_head=1)
     assert keep.tolist() == [True, False, False, False]
@@ -92,16 +98,9 @@ def test_shapes_batches_and_empty_input_are_kept():
 def test_the_head_decides_a_peaked_row_on_the_cpu(monkeypatch):
     """The fast path really runs: a peaked row is decided by its head, without the full sort.
     (Every equality test above would still pass if `top_p_keep` always fell back.)"""
-    calls = []
-    real = nucleus.keep_by_full_sort
-
-    def spy(p: torch.Tensor, top_p: float) -> torch.Tensor:
-        calls.append(p.shape)
-        return real(p, top_p)
-
-    monkeypatch.setattr(nucleus, "keep_by_full_sort", spy)
+    calls = spy_on_the_full_sort(monkeypatch)
     generator = torch.Generator().manual_seed(7)
     probs = torch.softmax(torch.randn(2, 49152, generator=generator, dtype=torch.float64) * 8, -1)
     keep = nucleus.top_p_keep(probs, 0.9)
     assert calls == []
-    assert torch.equal(keep, real(probs, 0.9))
+    assert torch.equal(keep, full_sort_reference(probs, 0.9))
