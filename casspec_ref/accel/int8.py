@@ -44,9 +44,8 @@ from casspec_ref.dsia.act_quant import quantize_absmax
 from casspec_ref.plan import LINEAR_NAMES, ExecutionPlan
 
 BACKENDS = ("auto", "fbgemm", "int_mm")
-#: Linears a block calls one after the other on the same input, by the name of the first.
-GROUPS = {"attn_q": ("attn_q", "attn_k", "attn_v"), "mlp_gate": ("mlp_gate", "mlp_up")}
-LAST_OF_GROUP = {group[-1]: group for group in GROUPS.values()}
+#: Linears a block calls one after the other on the same input, each name mapped to its group.
+GROUP_OF = {name: g for g in (("attn_q", "attn_k", "attn_v"), ("mlp_gate", "mlp_up")) for name in g}
 
 
 @dataclass(frozen=True)
@@ -110,17 +109,20 @@ class Int8Kernel:
         x2 = x.reshape(-1, x.shape[-1])  # (rows, D_in)
         fbgemm = self.backend == "fbgemm" or (self.backend == "auto" and x2.device.type == "cpu")
         if fbgemm:
-            key, stamp = (layer, name), _stamp(weight, bias)
-            self._seen[key] = (weight, bias)
-            stashed = self._stash.pop(key, None)
-            if stashed is not None and stashed[0] is x and stashed[1:3] == (x._version, stamp):
-                return stashed[3]  # computed by the first linear of this group, same input
-            if name in GROUPS:
-                out = self._fbgemm_group(x, x2, weight, bias, layer, GROUPS[name])
+            group = GROUP_OF.get(name, ())
+            if group:  # only group members are remembered and may find their output kept
+                self._seen[(layer, name)] = (weight, bias)
+                stashed = self._stash.pop((layer, name), None)
+                if stashed is not None and stashed[0] is x:
+                    if stashed[1:3] == (x._version, _stamp(weight, bias)):  # unchanged input
+                        return stashed[3]  # computed by the group's first linear
+            if group and name == group[0]:
+                out = self._fbgemm_group(x, x2, weight, bias, layer, group)
             else:
                 out = self._fbgemm_matmul(x2, weight, bias, layer, name)
-                if name in LAST_OF_GROUP:  # the group's last member: stack it now (one-time
-                    self._group_pack(layer, LAST_OF_GROUP[name])  # setup of the 1st forward)
+                if group and name == group[-1] and (layer, "+".join(group)) not in self._packed:
+                    # The group's last member: stack it now (one-time setup of the 1st forward).
+                    self._group_pack(layer, group)
         else:
             out = self._int_mm_matmul(x2, weight, bias, layer, name)
         return out.reshape(*lead, weight.shape[0])  # (..., D_out)
@@ -134,7 +136,7 @@ class Int8Kernel:
         name: str,
     ) -> torch.Tensor:
         key = (layer, name)
-        stamp = (tuple(weight.shape), weight.dtype, weight.data_ptr())
+        stamp = _stamp(weight, None)  # the bias is added after the integer product
         hit = self._int8.get(key)
         if hit is None or hit[2] != stamp:
             q, scale = quantize_absmax(weight, 8)  # (D_out, D_in) int8, (D_out, 1)
