@@ -23,24 +23,15 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
-import os
 import time
-from collections.abc import Callable
 from typing import Any
 
-import torch
-
-from casspec_ref.accel import kernel_table
-from casspec_ref.base import kernels
-from casspec_ref.dsia.prompt_lookup import PromptLookupConfig
 from casspec_ref.dytc import DyTCConfig, DyTCPolicy
-from casspec_ref.generate import generate_ar
 from casspec_ref.io.weights import load_model
 from casspec_ref.speculative import default_drafts, generate_speculative
+from casspec_ref.tools.bench import Runner, _make_runner, default_questions_path, load_questions
 
-DATA = os.path.join(os.path.dirname(__file__), "..", "casspec_ref", "data")
-SETS = {"bundled": "prompts.jsonl", "heldout": "prompts_heldout.jsonl"}
+SETS = {"bundled": "prompts", "heldout": "prompts_heldout"}
 
 
 def parse_variant(text: str) -> tuple[str, DyTCConfig]:
@@ -55,23 +46,26 @@ def parse_variant(text: str) -> tuple[str, DyTCConfig]:
     return base, DyTCConfig(**fields)
 
 
-def make_runners(model: Any, variants: list[str], n: int) -> dict[str, Callable]:
-    """One function per variant: prompt ids -> the generation result."""
+def make_runners(model: Any, variants: list[str]) -> dict[str, Runner]:
+    """One bench runner per variant: (prompt ids, new tokens) -> (tokens, stats). ar, pld:3 and
+    cas-spec are the bench's own; the DyTC variants keep one policy each across questions."""
+    runners = {name: _make_runner(name, model, stop_ids=()) for name in ("ar", "pld:3", "cas-spec")}
     levels = [plan.name for plan in default_drafts(model)]
-    runners: dict[str, Callable] = {
-        "ar": lambda p: generate_ar(model, p, n),
-        "pld:3": lambda p: generate_speculative(
-            model, p, n, method="pld", pld=PromptLookupConfig(max_proposal=3)
-        ),
-    }
-    for name in ["cas-spec", "dytc-free", *variants]:
+    for name in ["dytc-free", *variants]:
         base, config = parse_variant(name) if "@" in name else (name, DyTCConfig())
         free = base == "dytc-free"
         policy = DyTCPolicy([] if free else levels, config)
         options: dict[str, Any] = {"drafts": ()} if free else {}
-        runners[name] = lambda p, policy=policy, options=options: generate_speculative(
-            model, p, n, method="cas-spec", policy=policy, **options
-        )
+
+        def run(
+            prompt: list[int], n: int, policy: DyTCPolicy = policy, options: dict = options
+        ) -> tuple[list[int], dict[str, Any]]:
+            result = generate_speculative(
+                model, prompt, n, method="cas-spec", policy=policy, **options
+            )
+            return list(result.tokens), dict(result.stats)
+
+        runners[name] = run
     return runners
 
 
@@ -83,40 +77,35 @@ def main() -> None:
     parser.add_argument("--variant", action="append", default=[], help="NAME@FIELD=VALUE,...")
     args = parser.parse_args()
 
-    model, tokenizer = load_model()
+    model, tokenizer = load_model()  # also makes the per-machine kernel table cover the model
     assert tokenizer is not None
-    kernels.use_table(kernel_table.prepare(kernel_table.model_shapes(model), torch.float32))
-    with open(os.path.join(DATA, SETS[args.questions]), encoding="utf-8") as f:
-        questions = [json.loads(line) for line in f if line.strip()]
+    questions = load_questions(default_questions_path(SETS[args.questions]))
     if args.limit:
         questions = questions[: args.limit]
-    runners = make_runners(model, args.variant, args.max_new_tokens)
+    runners = make_runners(model, args.variant)
 
     seconds: collections.Counter[str] = collections.Counter()
     tokens: collections.Counter[str] = collections.Counter()
     stats: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     sizes: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     for q in questions:
-        prompt = tokenizer.apply_chat_template([{"role": "user", "content": q["turns"][0]}])
+        prompt = tokenizer.apply_chat_template([{"role": "user", "content": q.turns[0]}])
         reference = None
         for name, run in runners.items():
             start = time.perf_counter()
-            result = run(prompt)
+            out, result_stats = run(prompt, args.max_new_tokens)
             seconds[name] += time.perf_counter() - start
-            out = list(result.tokens)
             tokens[name] += len(out)
             reference = out if reference is None else reference
             if out != reference:
-                raise SystemExit(
-                    f"{name} differs from the naive loop on question {q['question_id']}"
-                )
+                raise SystemExit(f"{name} differs from the naive loop on question {q.question_id}")
             for key in ("steps", "time_draft_s", "time_plan_s", "time_verify_s"):
-                stats[name][key] += result.stats.get(key, 0)
-            for source, count in result.stats.get("proposed", {}).items():
+                stats[name][key] += result_stats.get(key, 0)
+            for source, count in result_stats.get("proposed", {}).items():
                 stats[name][f"proposed {source}"] += count
-            for source, count in result.stats.get("accepted", {}).items():
+            for source, count in result_stats.get("accepted", {}).items():
                 stats[name][f"accepted {source}"] += count
-            sizes[name].update(result.stats.get("tree_sizes", []))
+            sizes[name].update(result_stats.get("tree_sizes", []))
 
     base = tokens["ar"] / seconds["ar"]
     print(
