@@ -87,6 +87,10 @@ def test_table_json_round_trip_and_cache_key(
     assert kernel_table.cache_path().parent == tmp_path / "casspec_ref"
     other = dict(kernel_table.machine_key(), threads="999")
     assert kernel_table.cache_path(other) != kernel_table.cache_path()
+    # A table measured before a form existed was never offered it: another key, measured again.
+    assert kernel_table.machine_key()["forms"] == ",".join(kernels.BASE_FORMS)
+    older = dict(kernel_table.machine_key(), forms="linear,wxt,split")
+    assert kernel_table.cache_path(older) != kernel_table.cache_path()
     text = kernel_table.format_table(table)
     assert "wxt@2" in text and "40x24" in text
     assert kernel_table.format_table(KernelTable(table.forms)) == text  # the core table prints too

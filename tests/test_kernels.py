@@ -30,25 +30,33 @@ def restore_table() -> Iterator[None]:
     kernels.use_table(previous)
 
 
-def all_forms(rows: int) -> list[Form]:
-    forms = [Form(b) for b in kernels.BASE_FORMS]
+def all_forms(rows: int, dtype: torch.dtype) -> list[Form]:
+    """Every base form this machine can run in ``dtype``, plain and padded past ``rows``."""
+    bases = [b for b in kernels.BASE_FORMS if b != "packed" or kernels.packed_available(dtype)]
     pads = sorted({min(rows + 1, kernels.MAX_ROWS), kernels.MAX_ROWS} - {rows})
-    return forms + [Form(b, k) for b in kernels.BASE_FORMS for k in pads if k > rows]
+    return [Form(b) for b in bases] + [Form(b, k) for b in bases for k in pads if k > rows]
 
 
+needs_packed = pytest.mark.skipif(
+    not kernels.packed_available(torch.float32), reason="this torch build has no oneDNN"
+)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("bias", [True, False])
-def test_every_form_is_exact_on_integer_data(bias: bool) -> None:
-    """Small integers in float64 make every sum exact, so each form, padded or not, must give
-    the integer product bit for bit (a wrong transpose, pad or slice cannot hide in rounding)."""
+def test_every_form_is_exact_on_integer_data(bias: bool, dtype: torch.dtype) -> None:
+    """Small integers make every partial sum an integer below 2^24, exact in float32 and
+    float64, so each form, padded or not, must give the integer product bit for bit (a wrong
+    transpose, pad, slice or packed layout cannot hide in rounding)."""
     gen = torch.Generator().manual_seed(1)
     w = torch.randint(-8, 9, (40, 24), generator=gen)
     b = torch.randint(-8, 9, (40,), generator=gen) if bias else None
     for rows in range(1, kernels.MAX_ROWS + 1):
         x = torch.randint(-8, 9, (1, rows, 24), generator=gen)
-        want = (x @ w.T + (b if b is not None else 0)).double()  # exact in int64
-        for form in all_forms(rows):
-            bd = None if b is None else b.double()
-            got = kernels.run_form(form, x.double(), w.double(), bd)
+        want = (x @ w.T + (b if b is not None else 0)).to(dtype)  # exact in int64
+        for form in all_forms(rows, dtype):
+            bd = None if b is None else b.to(dtype)
+            got = kernels.run_form(form, x.to(dtype), w.to(dtype), bd)
             assert got.shape == (1, rows, 40), form
             assert torch.equal(got, want), (rows, form)
 
@@ -59,7 +67,7 @@ def test_float32_forms_agree_within_rounding() -> None:
     for rows in (1, 2, 3, 7, 16):
         x = torch.randn(rows, 64, generator=gen)
         ref = x.double() @ w.double().T
-        for form in all_forms(rows):
+        for form in all_forms(rows, torch.float32):
             out = kernels.run_form(form, x, w, None)
             assert out.dtype == torch.float32
             torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-4)
@@ -97,6 +105,49 @@ def test_bad_forms_are_refused() -> None:
     with pytest.raises(ValueError, match="'split' needs an even number of outputs, got 41"):
         kernels.run_form(Form("split"), torch.randn(2, 24), torch.randn(41, 24), None)
     assert Form.parse("wxt@16") == Form("wxt", 16) and str(Form("linear", 3)) == "linear@3"
+    assert Form.parse("packed@4") == Form("packed", 4)
+    with pytest.raises(ValueError, match="'packed' needs a CPU build .* got torch.float64 on cpu"):
+        kernels.run_form(Form("packed"), torch.randn(2, 24).double(), torch.randn(40, 24), None)
+    meta = torch.empty(2, 24, device="meta")
+    with pytest.raises(ValueError, match="'packed' needs .* got torch.float32 on meta"):
+        kernels.run_form(Form("packed"), meta, torch.empty(40, 24, device="meta"), None)
+    assert not kernels.packed_available(torch.float16)
+
+
+@needs_packed
+def test_packed_weight_is_made_once_and_follows_its_weight() -> None:
+    """The packed copy is reused while its weight is unchanged, re-made after the weight is
+    changed in place or replaced, and forgotten when the weight is freed."""
+    gen = torch.Generator().manual_seed(4)
+    w = torch.randn(40, 24, generator=gen)
+    x = torch.randn(3, 24, generator=gen)
+    first = kernels.packed_weight(w)
+    assert kernels.packed_weight(w) is first
+    torch.testing.assert_close(kernels.run_form(Form("packed"), x, w, None), x @ w.T)
+    w.mul_(2)  # in place: the version counter moves
+    assert kernels.packed_weight(w) is not first
+    torch.testing.assert_close(kernels.run_form(Form("packed"), x, w, None), x @ w.T)
+    w.data = torch.randn(40, 24, generator=gen)  # replaced: the storage moves
+    torch.testing.assert_close(kernels.run_form(Form("packed"), x, w, None), x @ w.T)
+    key = id(w)
+    assert key in kernels._PACKED
+    del w
+    assert key not in kernels._PACKED
+
+
+@needs_packed
+def test_packed_rows_do_not_depend_on_their_neighbours() -> None:
+    """Padding rows and the other rows of a tree change nothing in a row's result: the same
+    row count gives the same row bit for bit whatever sits beside it."""
+    gen = torch.Generator().manual_seed(5)
+    w = torch.randn(96, 64, generator=gen)
+    for rows in (2, 5, 8):
+        x = torch.randn(rows, 64, generator=gen)
+        y = x.clone()
+        y[1:] = torch.randn(rows - 1, 64, generator=gen)
+        a = kernels.run_form(Form("packed"), x, w, None)
+        b = kernels.run_form(Form("packed"), y, w, None)
+        assert torch.equal(a[0], b[0]), rows
 
 
 def _tiny_model() -> Transformer:
@@ -164,10 +215,11 @@ def test_hot_path_weights_are_the_parameters_collected_once() -> None:
 @pytest.mark.real_model
 @pytest.mark.slow
 def test_real_model_greedy_equals_ar_under_non_default_forms() -> None:
-    """SmolLM2-135M, float32: with a fixed table of transposed and padded forms (the kind the
-    calibration picks on CPUs with a slow few-row ``F.linear``), the speculative methods still
-    equal the naive loop token for token on 4 prompts x 48 tokens (deterministic; it depends
-    on the greedy path's top-1 margins, like tests/test_speculative.py's real-model test)."""
+    """SmolLM2-135M, float32: with a fixed table of transposed, padded and (past 4 rows)
+    packed forms (the kind the calibration picks on CPUs with a slow few-row ``F.linear``),
+    the speculative methods still equal the naive loop token for token on 4 prompts x 48
+    tokens (deterministic; it depends on the greedy path's top-1 margins, like
+    tests/test_speculative.py's real-model test)."""
     from casspec_ref.io.weights import load_model
 
     if os.environ.get("CASSPEC_SKIP_REAL") == "1":
@@ -181,7 +233,8 @@ def test_real_model_greedy_equals_ar_under_non_default_forms() -> None:
     for o, i in model_shapes(model):
         for r in range(1, kernels.MAX_ROWS + 1):
             pad = {1: 2, 3: 4, 7: 8}.get(r, 0)
-            table.forms[(o, i, torch.float32, r)] = Form("wxt", pad)
+            packed = r > 4 and kernels.packed_available(torch.float32)
+            table.forms[(o, i, torch.float32, r)] = Form("packed" if packed else "wxt", pad)
     kernels.use_table(table)
     questions = [
         "What is the capital of France?",

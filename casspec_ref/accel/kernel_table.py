@@ -44,6 +44,7 @@ from casspec_ref.base.kernels import (
     Key,
     active_table,
     default_form,
+    packed_available,
     run_form,
 )
 
@@ -165,8 +166,9 @@ def _time_forms(
     outlier among many; a form that stalls on most calls (e.g. a multi-threaded kernel waiting
     for a descheduled partner thread on a busy machine) is slow, and is measured as slow."""
     samples: dict[str, list[float]] = {str(f): [] for f in forms}
-    for f in forms:  # warm-up: first calls allocate and pick code paths
-        run_form(f, x, weights[0], None)
+    for f in forms:  # warm-up: first calls allocate, pick code paths and pack the weight copies
+        for w in weights:
+            run_form(f, x, w, None)
     for rep in range(repeats):
         order = forms[rep % len(forms) :] + forms[: rep % len(forms)]
         for f in order:
@@ -215,7 +217,7 @@ def calibrate(
         raise ValueError(f"margin must be in [0, 1), got {margin}")
     gen = torch.Generator().manual_seed(0)
     table = MeasuredTable()
-    base_forms = [Form(b) for b in BASE_FORMS]
+    base_forms = [Form(b) for b in BASE_FORMS if b != "packed" or packed_available(dtype)]
     with torch.no_grad():
         for out_f, in_f in sorted(set(shapes)):
             one = torch.randn(out_f, in_f, generator=gen).to(dtype)
@@ -253,7 +255,8 @@ def calibrate(
 
 # ----------------------------------------------------------------------------- per-machine cache
 def machine_key() -> dict[str, str]:
-    """What a table depends on: torch version, CPU model, thread count, architecture."""
+    """What a table depends on: torch version, CPU model, thread count, architecture, and the
+    forms there are to choose from (a table measured before a form existed is measured again)."""
     cpu = platform.processor() or platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -267,6 +270,7 @@ def machine_key() -> dict[str, str]:
         "cpu": cpu,
         "arch": platform.machine(),
         "threads": str(torch.get_num_threads()),
+        "forms": ",".join(BASE_FORMS),
     }
 
 

@@ -9,8 +9,14 @@ tree size for a verify forward). The same product can be asked of the BLAS libra
 - ``split``: the rows of ``W`` cut into two blocks, both products asked for in one batched call
   (``torch.bmm``); a BLAS that runs a matrix-vector product on one thread runs the two
   problems of a batch on two, so a one-row product can read the weight twice as fast;
-- ``linear@k`` / ``wxt@k`` / ``split@k``: the ``n`` rows copied into a zero-filled ``(k, in)``
-  buffer (``k > n``), the base form applied, the first ``n`` output rows kept.
+- ``packed``: oneDNN's inner product against a copy of ``W`` reordered once, at its first use,
+  into the blocked layout the library's kernels read (`packed_weight`). It costs a second copy of
+  the weight in memory, and pays where BLAS does not: its kernels for a few rows read the weight
+  once and do all the rows' arithmetic on it, where a BLAS product of 5-16 rows turns
+  compute-bound. Only on a CPU build with oneDNN, for float32 and bfloat16 (`packed_available`);
+- ``linear@k`` / ``wxt@k`` / ``split@k`` / ``packed@k``: the ``n`` rows copied into a
+  zero-filled ``(k, in)`` buffer (``k > n``), the base form applied, the first ``n`` output rows
+  kept.
 
 All forms compute every output element as the same dot product of the same numbers: output row
 ``i`` depends on input row ``i`` only, so padding rows change nothing but the cost. Only the
@@ -24,6 +30,7 @@ cached is not part of the method: see `casspec_ref.accel.kernel_table`.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 
 import torch
@@ -32,7 +39,9 @@ import torch.nn.functional as F
 #: The most rows a table entry covers; larger batches use the default form.
 MAX_ROWS = 16
 #: The base products a form can use (padding is added on top of one).
-BASE_FORMS = ("linear", "wxt", "split")
+BASE_FORMS = ("linear", "wxt", "split", "packed")
+#: The dtypes oneDNN's packed inner product takes.
+PACKED_DTYPES = (torch.float32, torch.bfloat16)
 
 #: (out, in, dtype, rows) -> form; what `exact_linear` consults.
 Key = tuple[int, int, torch.dtype, int]
@@ -68,12 +77,44 @@ def default_form(dtype: torch.dtype, rows: int) -> Form:
     return Form("linear")
 
 
+def packed_available(dtype: torch.dtype, device: torch.device | str = "cpu") -> bool:
+    """Whether the ``packed`` form can run for ``dtype`` on ``device``."""
+    return (
+        torch.device(device).type == "cpu"
+        and dtype in PACKED_DTYPES
+        and torch.backends.mkldnn.is_available()
+        and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+    )
+
+
+#: id(weight) -> (what the weight was when packed, its packed copy); leaves with its weight.
+_PACKED: dict[int, tuple[tuple, torch.Tensor]] = {}
+
+
+def packed_weight(weight: torch.Tensor) -> torch.Tensor:
+    """``weight`` reordered into oneDNN's blocked layout: made on first use, then reused until the
+    weight is changed in place (its version counter moves) or replaced (its storage moves)."""
+    stamp = (weight.data_ptr(), weight._version, tuple(weight.shape), weight.dtype)
+    hit = _PACKED.get(id(weight))
+    if hit is None:
+        weakref.finalize(weight, _PACKED.pop, id(weight), None)
+    if hit is None or hit[0] != stamp:
+        hit = (stamp, torch.ops.mkldnn._reorder_linear_weight(weight.detach()))
+        _PACKED[id(weight)] = hit
+    return hit[1]
+
+
 def run_form(
     form: Form, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
 ) -> torch.Tensor:
     """``x @ weight.T + bias`` computed in ``form``. x: ``(..., in)``; returns ``(..., out)``."""
     # Row-major rows, as calibrated: a transposed view (the output of a `wxt` product feeding
     # the next one) sends the same product down a BLAS path several times slower.
+    if form.base == "packed" and not packed_available(x.dtype, x.device):
+        raise ValueError(
+            f"kernel form 'packed' needs a CPU build of torch with oneDNN and one of "
+            f"{PACKED_DTYPES}; got {x.dtype} on {x.device.type}"
+        )
     rows = x.reshape(-1, x.shape[-1]).contiguous()  # (N, in)
     n = rows.shape[0]
     if form.pad_to > n:
@@ -84,6 +125,8 @@ def run_form(
         out = F.linear(rows, weight, bias)  # (k, out)
     elif form.base == "wxt":
         out = (weight @ rows.T).T  # (k, out)
+    elif form.base == "packed":
+        out = torch.ops.mkldnn._linear_pointwise(rows, packed_weight(weight), None, "none", [], "")
     else:  # split: (2, out/2, in) blocks times the same (in, k) rows, one batched call
         out_f = weight.shape[0]
         if out_f % 2:
