@@ -42,17 +42,19 @@ needs_packed = pytest.mark.skipif(
 )
 
 
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("bias", [True, False])
 def test_every_form_is_exact_on_integer_data(bias: bool, dtype: torch.dtype) -> None:
-    """Small integers make every partial sum an integer below 2^24, exact in float32 and
-    float64, so each form, padded or not, must give the integer product bit for bit (a wrong
-    transpose, pad, slice or packed layout cannot hide in rounding)."""
+    """Small integers make every partial sum an integer the dtype holds exactly (below 2^24 in
+    float32 and float64, below 2^8 in bfloat16), so each form, padded or not, must give the
+    integer product bit for bit (a wrong transpose, pad, slice or packed layout cannot hide in
+    rounding)."""
     gen = torch.Generator().manual_seed(1)
-    w = torch.randint(-8, 9, (40, 24), generator=gen)
-    b = torch.randint(-8, 9, (40,), generator=gen) if bias else None
+    top = 3 if dtype == torch.bfloat16 else 9  # bfloat16: |sum| <= 24 * 2 * 2 + 2 < 2^8
+    w = torch.randint(1 - top, top, (40, 24), generator=gen)
+    b = torch.randint(1 - top, top, (40,), generator=gen) if bias else None
     for rows in range(1, kernels.MAX_ROWS + 1):
-        x = torch.randint(-8, 9, (1, rows, 24), generator=gen)
+        x = torch.randint(1 - top, top, (1, rows, 24), generator=gen)
         want = (x @ w.T + (b if b is not None else 0)).to(dtype)  # exact in int64
         for form in all_forms(rows, dtype):
             bd = None if b is None else b.to(dtype)
@@ -133,6 +135,9 @@ def test_packed_weight_is_made_once_and_follows_its_weight() -> None:
     assert key in kernels._PACKED
     del w
     assert key not in kernels._PACKED
+    with torch.inference_mode():  # an inference tensor has no version counter to read
+        frozen = torch.randn(40, 24, generator=gen)
+    torch.testing.assert_close(kernels.run_form(Form("packed"), x, frozen, None), x @ frozen.T)
 
 
 @needs_packed

@@ -93,8 +93,11 @@ _PACKED: dict[int, tuple[tuple, torch.Tensor]] = {}
 
 def packed_weight(weight: torch.Tensor) -> torch.Tensor:
     """``weight`` reordered into oneDNN's blocked layout: made on first use, then reused until the
-    weight is changed in place (its version counter moves) or replaced (its storage moves)."""
-    stamp = (weight.data_ptr(), weight._version, tuple(weight.shape), weight.dtype)
+    weight is changed in place (its version counter moves) or replaced (its storage moves).
+    An inference tensor (made under `torch.inference_mode`) has no version counter: an in-place
+    change to one inside inference mode is not seen."""
+    version = -1 if weight.is_inference() else weight._version
+    stamp = (weight.data_ptr(), version, tuple(weight.shape), weight.dtype)
     hit = _PACKED.get(id(weight))
     if hit is None:
         weakref.finalize(weight, _PACKED.pop, id(weight), None)
