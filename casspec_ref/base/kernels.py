@@ -111,13 +111,13 @@ def run_form(
     form: Form, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
 ) -> torch.Tensor:
     """``x @ weight.T + bias`` computed in ``form``. x: ``(..., in)``; returns ``(..., out)``."""
-    # Row-major rows, as calibrated: a transposed view (the output of a `wxt` product feeding
-    # the next one) sends the same product down a BLAS path several times slower.
     if form.base == "packed" and not packed_available(x.dtype, x.device):
         raise ValueError(
             f"kernel form 'packed' needs a CPU build of torch with oneDNN and one of "
             f"{PACKED_DTYPES}; got {x.dtype} on {x.device.type}"
         )
+    # Row-major rows, as calibrated: a transposed view (the output of a `wxt` product feeding
+    # the next one) sends the same product down a BLAS path several times slower.
     rows = x.reshape(-1, x.shape[-1]).contiguous()  # (N, in)
     n = rows.shape[0]
     if form.pad_to > n:
