@@ -140,3 +140,16 @@ def test_row_counts_measured_during_a_stall_are_flagged_for_remeasurement() -> N
     }
     assert kernel_table.implausible(costs) == [3]
     assert kernel_table.implausible({2: {"linear": 1e6}}) == []  # no one-row reference
+
+
+def test_weight_copies_stream_past_the_largest_cache(tmp_path: Path) -> None:
+    """The calibration's weight copies total three times the largest cache sysfs lists (sizes
+    in K or M; unreadable or malformed entries skipped), or the fallback when it lists none."""
+    for index, size in enumerate(["48K", "1024K", "32768K", "junk", "2M"]):
+        (tmp_path / f"index{index}").mkdir()
+        (tmp_path / f"index{index}" / "size").write_text(size + "\n")
+    (tmp_path / "index9").mkdir()  # a listed cache without a size file
+    assert kernel_table.stream_bytes_default(root=tmp_path) == 3 * (32 << 20)
+    empty = tmp_path / "none"
+    assert kernel_table.stream_bytes_default(fallback=123, root=empty) == 123
+    assert kernel_table.machine_key()["calibration"] == kernel_table.CALIBRATION

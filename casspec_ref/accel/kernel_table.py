@@ -50,6 +50,9 @@ from casspec_ref.base.kernels import (
 
 #: A non-default form must be at least this much faster (relative) than the one it replaces.
 DEFAULT_MARGIN = 0.10
+#: The way tables are measured; part of the cache key, so a table measured an older way is
+#: measured again (2: weight copies stream past the last-level cache, `stream_bytes_default`).
+CALIBRATION = "2"
 #: Accepted values of the ``CASSPEC_KERNELS`` environment variable.
 MODES = ("auto", "calibrate", "default")
 ENV_VAR = "CASSPEC_KERNELS"
@@ -198,8 +201,8 @@ def calibrate(
     max_rows: int = MAX_ROWS,
     repeats: int = 7,
     margin: float = DEFAULT_MARGIN,
-    stream_bytes: int = 32 << 20,
-    max_copies: int = 24,
+    stream_bytes: int | None = None,
+    max_copies: int = 1024,
     retries: int = 2,
 ) -> MeasuredTable:
     """Time the exact forms for each ``(out, in)`` weight shape and rows 1..``max_rows``.
@@ -207,8 +210,13 @@ def calibrate(
     ``stream_bytes``: the weight is replicated until the copies total at least this much (at
     most ``max_copies``), and each timed sample runs once over all copies, so the weight comes
     from memory (as in a real forward over hundreds of MB of weights) rather than from cache.
+    None: three times this machine's last-level cache (`stream_bytes_default`); a small weight
+    (the k/v projections, 442 KB in SmolLM2) timed from a cache-resident set of copies was
+    measured at the cache's speed, and its form chosen for the wrong reason.
     ``retries``: how often row counts with `implausible` costs are measured again.
     """
+    if stream_bytes is None:
+        stream_bytes = stream_bytes_default()
     if not 1 <= max_rows <= MAX_ROWS:
         raise ValueError(f"max_rows must be in 1..{MAX_ROWS}, got {max_rows}")
     if repeats < 1:
@@ -253,10 +261,29 @@ def calibrate(
     return table
 
 
+def stream_bytes_default(
+    fallback: int = 96 << 20, root: Path = Path("/sys/devices/system/cpu/cpu0/cache")
+) -> int:
+    """Three times the largest CPU cache Linux reports for CPU 0 (``fallback`` if it reports
+    none): weight copies totalling this much cannot stay in the cache between their calls."""
+    sizes = []
+    for path in root.glob("index*/size"):
+        try:
+            text = path.read_text().strip().upper()
+        except OSError:
+            continue
+        scale = {"K": 1 << 10, "M": 1 << 20}.get(text[-1:], 1)
+        digits = text.rstrip("KM")
+        if digits.isdigit():
+            sizes.append(int(digits) * scale)
+    return 3 * max(sizes) if sizes else fallback
+
+
 # ----------------------------------------------------------------------------- per-machine cache
 def machine_key() -> dict[str, str]:
-    """What a table depends on: torch version, CPU model, thread count, architecture, and the
-    forms there are to choose from (a table measured before a form existed is measured again)."""
+    """What a table depends on: torch version, CPU model, thread count, architecture, the forms
+    there are to choose from and the way they are measured (a table measured before a form
+    existed, or measured another way, is measured again)."""
     cpu = platform.processor() or platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -271,6 +298,7 @@ def machine_key() -> dict[str, str]:
         "arch": platform.machine(),
         "threads": str(torch.get_num_threads()),
         "forms": ",".join(BASE_FORMS),
+        "calibration": CALIBRATION,
     }
 
 
