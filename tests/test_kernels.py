@@ -32,9 +32,9 @@ def restore_table() -> Iterator[None]:
 
 def all_forms(rows: int, dtype: torch.dtype) -> list[Form]:
     """Every base form this machine can run in ``dtype``, plain and padded past ``rows``."""
-    bases = [b for b in kernels.BASE_FORMS if b != "packed" or kernels.packed_available(dtype)]
+    bases = kernels.base_forms(dtype)
     pads = sorted({min(rows + 1, kernels.MAX_ROWS), kernels.MAX_ROWS} - {rows})
-    return [Form(b) for b in bases] + [Form(b, k) for b in bases for k in pads if k > rows]
+    return bases + [Form(f.base, k) for f in bases for k in pads if k > rows]
 
 
 needs_packed = pytest.mark.skipif(

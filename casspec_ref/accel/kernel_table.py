@@ -43,8 +43,8 @@ from casspec_ref.base.kernels import (
     KernelTable,
     Key,
     active_table,
+    base_forms,
     default_form,
-    packed_available,
     run_form,
 )
 
@@ -225,7 +225,7 @@ def calibrate(
         raise ValueError(f"margin must be in [0, 1), got {margin}")
     gen = torch.Generator().manual_seed(0)
     table = MeasuredTable()
-    base_forms = [Form(b) for b in BASE_FORMS if b != "packed" or packed_available(dtype)]
+    forms = base_forms(dtype)
     with torch.no_grad():
         for out_f, in_f in sorted(set(shapes)):
             one = torch.randn(out_f, in_f, generator=gen).to(dtype)
@@ -233,10 +233,10 @@ def calibrate(
             copies = min(max_copies, max(1, -(-stream_bytes // size)))
             weights = [one] + [one.clone() for _ in range(copies - 1)]
             xs = {r: torch.randn(r, in_f, generator=gen).to(dtype) for r in range(1, max_rows + 1)}
-            measured = {r: _time_forms(base_forms, weights, xs[r], repeats) for r in xs}
+            measured = {r: _time_forms(forms, weights, xs[r], repeats) for r in xs}
             for _ in range(retries):  # a row count measured while the machine stalled: again
                 for r in implausible(measured):
-                    again = _time_forms(base_forms, weights, xs[r], repeats)
+                    again = _time_forms(forms, weights, xs[r], repeats)
                     if min(again.values()) < min(measured[r].values()):
                         measured[r] = again
             chosen = choose_forms(measured, dtype, margin)

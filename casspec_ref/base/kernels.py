@@ -30,6 +30,7 @@ cached is not part of the method: see `casspec_ref.accel.kernel_table`.
 
 from __future__ import annotations
 
+import functools
 import weakref
 from dataclasses import dataclass, field
 
@@ -77,14 +78,20 @@ def default_form(dtype: torch.dtype, rows: int) -> Form:
     return Form("linear")
 
 
+@functools.cache
+def _onednn_built() -> bool:
+    """Whether this torch build has oneDNN's linear (asked once: the answer cannot change)."""
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
 def packed_available(dtype: torch.dtype, device: torch.device | str = "cpu") -> bool:
     """Whether the ``packed`` form can run for ``dtype`` on ``device``."""
-    return (
-        torch.device(device).type == "cpu"
-        and dtype in PACKED_DTYPES
-        and torch.backends.mkldnn.is_available()
-        and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-    )
+    return torch.device(device).type == "cpu" and dtype in PACKED_DTYPES and _onednn_built()
+
+
+def base_forms(dtype: torch.dtype) -> list[Form]:
+    """The unpadded forms a CPU can run in ``dtype`` (``packed`` only where oneDNN takes it)."""
+    return [Form(b) for b in BASE_FORMS if b != "packed" or packed_available(dtype)]
 
 
 #: id(weight) -> (what the weight was when packed, its packed copy); leaves with its weight.
