@@ -70,7 +70,8 @@ thorough: setup
 	HYPOTHESIS_PROFILE=thorough $(BIN)/python -m pytest -q --thorough tests
 
 # mutmut mutates, in a copy (mutants/), the verifier, the sampling transforms and their checks
-# (base/input_checks.py), the top-p head sort (base/nucleus.py), the tree and the drafting code (every method of StepDrafter: mutmut
+# (base/input_checks.py), the top-p head sort (base/nucleus.py), the tree and the drafting
+# code (every method of StepDrafter: mutmut
 # names them casspec_ref.draft.xǁStepDrafterǁMETHOD__mutmut_N; the baselines' drafting
 # functions casspec_ref.baselines.drafting.x_FUNCTION__mutmut_N), and runs the fast tests
 # covering each mutated function ([tool.mutmut] in pyproject.toml). CPU-heavy: one thread per
