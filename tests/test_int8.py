@@ -111,3 +111,28 @@ def test_a_stashed_group_output_is_used_only_for_the_same_input_and_weight() -> 
     other = x.clone()  # equal values, another tensor: computed, and still the same numbers
     kernel(x, wq, None, 0, "attn_q")
     assert torch.equal(kernel(other, wk, None, 0, "attn_k"), _separate(x, wk, "attn_k"))
+
+
+def test_a_weight_changed_in_place_is_quantized_again() -> None:
+    """The packs remember the version counter of the weights they were made from (as the packed
+    fp32 copies do): an in-place change, alone or in a stacked group, is seen at the next call."""
+    gen = torch.Generator().manual_seed(8)
+    x = torch.randn(1, 2, 32, generator=gen)
+    weights = {n: torch.randn(8, 32, generator=gen) for n in ("attn_q", "attn_k", "attn_v")}
+    wo = torch.randn(16, 32, generator=gen)
+    kernel = Int8Kernel(backend="fbgemm")
+    for _ in range(2):  # the second pass runs q, k, v from the stack
+        for name, w in weights.items():
+            kernel(x, w, None, 0, name)
+        kernel(x, wo, None, 0, "attn_o")
+    before = kernel(x, wo, None, 0, "attn_o")
+    wo.mul_(-0.5)
+    weights["attn_k"].add_(1.0)
+    assert not torch.equal(kernel(x, wo, None, 0, "attn_o"), before)
+    assert torch.equal(kernel(x, wo, None, 0, "attn_o"), _separate(x, wo, "attn_o"))
+    for _ in range(2):  # k's call sees the change and drops the stack; v's call restacks
+        outs = {name: kernel(x, w, None, 0, name) for name, w in weights.items()}
+        for name, w in weights.items():
+            assert torch.equal(outs[name], _separate(x, w, name)), name
+    # Restacked: no member runs from its own pack any more.
+    assert set(kernel._packed) == {(0, "attn_q+attn_k+attn_v"), (0, "attn_o")}

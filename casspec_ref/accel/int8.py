@@ -34,18 +34,31 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
 from casspec_ref.base.dsia_checks import check_names
-from casspec_ref.base.kernels import exact_linear
+from casspec_ref.base.kernels import exact_linear, tensor_stamp
 from casspec_ref.dsia.act_quant import quantize_absmax
 from casspec_ref.plan import LINEAR_NAMES, ExecutionPlan
 
 BACKENDS = ("auto", "fbgemm", "int_mm")
 #: Linears a block calls one after the other on the same input, each name mapped to its group.
-GROUP_OF = {name: g for g in (("attn_q", "attn_k", "attn_v"), ("mlp_gate", "mlp_up")) for name in g}
+GROUP_OF: dict[str, tuple[str, ...]] = {
+    name: g for g in (("attn_q", "attn_k", "attn_v"), ("mlp_gate", "mlp_up")) for name in g
+}
+#: Each group -> the name its stacked pack is kept under.
+GROUP_KEY: dict[tuple[str, ...], str] = {g: "+".join(g) for g in GROUP_OF.values()}
+
+
+class _Pack(NamedTuple):
+    """fbgemm's prepacked int8 weight and what it was made from."""
+
+    packed: Any  # torch.ops.quantized.linear_prepack's result
+    stamps: tuple[tuple, ...]  # `_stamp` of each weight stacked in it (one, or a group's)
+    sizes: tuple[int, ...]  # each stacked weight's D_out
+    n_bytes: int  # int8 bytes it holds
 
 
 @dataclass(frozen=True)
@@ -71,8 +84,8 @@ class Int8Kernel:
     _int8: dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor, tuple]] = field(
         default_factory=dict, repr=False, compare=False, hash=False
     )
-    #: (layer, name) -> (fbgemm's prepacked weight, stamp, int8 bytes it holds)
-    _packed: dict[tuple[int, str], tuple[Any, tuple, int]] = field(
+    #: (layer, name or a group's key) -> its fbgemm pack
+    _packed: dict[tuple[int, str], _Pack] = field(
         default_factory=dict, repr=False, compare=False, hash=False
     )
     #: (layer, name) -> the weight and bias it was last called with (references, not copies):
@@ -105,27 +118,17 @@ class Int8Kernel:
     ) -> torch.Tensor:
         if not self.applies(layer, name):
             return exact_linear(x, weight, bias)
-        lead = x.shape[:-1]
         x2 = x.reshape(-1, x.shape[-1])  # (rows, D_in)
-        fbgemm = self.backend == "fbgemm" or (self.backend == "auto" and x2.device.type == "cpu")
-        if fbgemm:
-            group = GROUP_OF.get(name, ())
-            if group:  # only group members are remembered and may find their output kept
-                self._seen[(layer, name)] = (weight, bias)
-                stashed = self._stash.pop((layer, name), None)
-                if stashed is not None and stashed[0] is x:
-                    if stashed[1:3] == (x._version, _stamp(weight, bias)):  # unchanged input
-                        return stashed[3]  # computed by the group's first linear
-            if group and name == group[0]:
-                out = self._fbgemm_group(x, x2, weight, bias, layer, group)
-            else:
-                out = self._fbgemm_matmul(x2, weight, bias, layer, name)
-                if group and name == group[-1] and (layer, "+".join(group)) not in self._packed:
-                    # The group's last member: stack it now (one-time setup of the 1st forward).
-                    self._group_pack(layer, group)
-        else:
+        if self.backend == "int_mm" or (self.backend == "auto" and x2.device.type != "cpu"):
             out = self._int_mm_matmul(x2, weight, bias, layer, name)
-        return out.reshape(*lead, weight.shape[0])  # (..., D_out)
+        else:
+            stamp = _stamp(weight, bias)
+            group = GROUP_OF.get(name)
+            if group is None:
+                out = self._fbgemm_alone(x2, weight, bias, stamp, (layer, name))
+            else:
+                out = self._fbgemm_member(x, x2, weight, bias, stamp, layer, name, group)
+        return out.reshape(*x.shape[:-1], weight.shape[0])  # (..., D_out)
 
     def _int_mm_matmul(
         self,
@@ -154,105 +157,122 @@ class Int8Kernel:
         out = (acc.float() * scale_x * scale_w.float()).to(x.dtype)  # (rows, D_out)
         return out if bias is None else out + bias
 
-    def _fbgemm_matmul(
+    def _fbgemm_alone(
         self,
         x: torch.Tensor,
         weight: torch.Tensor,
         bias: torch.Tensor | None,
-        layer: int,
-        name: str,
+        stamp: tuple,
+        key: tuple[int, str],
     ) -> torch.Tensor:
-        packed = self._pack((layer, name), _stamp(weight, bias), lambda: weight, bias)
-        return self._run_packed(x, packed)
-
-    def _pack(
-        self, key: tuple[int, str], stamp: tuple, weight: Callable[[], torch.Tensor], bias: Any
-    ) -> Any:
-        """fbgemm's prepacked int8 weight for ``key``, (re)built from ``weight()`` when it is
-        missing or was made from other tensors than ``stamp`` names."""
+        """``x`` (rows, D_in) times ``weight``'s own pack (made or remade when needed)."""
         hit = self._packed.get(key)
-        if hit is None or hit[1] != stamp:
-            w = weight()
-            q, scale = quantize_absmax(w.float(), 8)  # (D_out, D_in) int8, (D_out, 1)
-            zeros = torch.zeros(w.shape[0], dtype=torch.long)
-            with warnings.catch_warnings():
-                # PyTorch marks quantized-tensor creation as deprecated; the packed int8 GEMM
-                # it feeds is still the CPU's fastest int8 path (see the module docstring).
-                warnings.simplefilter("ignore", UserWarning)
-                qweight = torch._make_per_channel_quantized_tensor(
-                    q, scale.squeeze(-1).double(), zeros, 0
-                )
-                packed = torch.ops.quantized.linear_prepack(
-                    qweight, None if bias is None else bias.float()
-                )
-            hit = (packed, stamp, w.numel())
-            self._packed[key] = hit
-        return hit[0]
+        if hit is None or hit.stamps[0] != stamp:
+            hit = self._pack(key, (stamp,), (weight.shape[0],), lambda: weight, bias)
+        return self._run_packed(x, hit.packed)
 
-    def _run_packed(self, x: torch.Tensor, packed: Any) -> torch.Tensor:
-        """``x`` (rows, D_in) times a packed weight: (rows, D_out) in ``x``'s dtype."""
-        xf = x.float()
-        if xf.shape[0] == 1:
-            return torch.ops.quantized.linear_dynamic(xf, packed, self.reduce_range).to(x.dtype)
-        # One call per token row: fbgemm's activation scale is per call, i.e. per token here.
-        rows = [
-            torch.ops.quantized.linear_dynamic(xf[i : i + 1], packed, self.reduce_range)
-            for i in range(xf.shape[0])
-        ]  # T x (1, D_out)
-        return torch.cat(rows).to(x.dtype)  # (T, D_out)
-
-    def _group_pack(self, layer: int, group: tuple[str, ...]) -> tuple[Any, list[tuple]] | None:
-        """The stacked pack of ``group`` in block ``layer`` and its members' stamps, built from
-        the weights they were last called with; None unless all were seen without a bias."""
-        if not all(self.applies(layer, n) and (layer, n) in self._seen for n in group):
-            return None
-        members = [self._seen[(layer, n)] for n in group]
-        if any(b is not None for _, b in members):
-            return None
-        stamps = [_stamp(w, None) for w, _ in members]
-        key = (layer, "+".join(group))
-        if key not in self._packed:
-            for n in group:  # the members' own packs are no longer needed
-                self._packed.pop((layer, n), None)
-        stacked = partial(torch.cat, [w for w, _ in members])  # (sum of D_out, D_in)
-        return self._pack(key, tuple(stamps), stacked, None), stamps
-
-    def _fbgemm_group(
+    def _fbgemm_member(
         self,
         x: torch.Tensor,
         x2: torch.Tensor,
         weight: torch.Tensor,
         bias: torch.Tensor | None,
+        stamp: tuple,
         layer: int,
+        name: str,
         group: tuple[str, ...],
     ) -> torch.Tensor:
-        """The group's products in one fbgemm call over the stacked weights: returns the first
-        (this call's) output (rows, D_out) and stashes the others for their own calls."""
-        found = self._group_pack(layer, group)
-        if found is None:
-            return self._fbgemm_matmul(x2, weight, bias, layer, group[0])
-        packed, stamps = found
-        out = self._run_packed(x2, packed)
-        parts = out.split([s[0][0] for s in stamps], dim=-1)
-        lead = x.shape[:-1]
-        for n, part, stamp in zip(group[1:], parts[1:], stamps[1:], strict=True):
-            self._stash[(layer, n)] = (x, x._version, stamp, part.reshape(*lead, part.shape[-1]))
-        return parts[0]
+        """A group member's product. The first member runs the whole group in one call over the
+        stacked pack and stashes the others' outputs; each other member takes its stashed output
+        if it was computed from this very input (same tensor, same version) and this weight
+        (same stamp), and otherwise computes alone. A member whose weight is not the one stacked
+        drops the stack, and the group's last member stacks the weights seen since."""
+        self._seen[(layer, name)] = (weight, bias)
+        key = (layer, GROUP_KEY[group])
+        if name == group[0]:
+            hit = self._packed.get(key)
+            if hit is None or hit.stamps[0] != stamp:
+                hit = self._group_pack(layer, group, key)
+                if hit is None:  # not all members seen yet, or one has a bias
+                    return self._fbgemm_alone(x2, weight, bias, stamp, (layer, name))
+            parts = self._run_packed(x2, hit.packed).split(hit.sizes, dim=-1)
+            for n, part, s in zip(group[1:], parts[1:], hit.stamps[1:], strict=True):
+                self._stash[(layer, n)] = (x, x._version, s, part)
+            return parts[0]
+        stashed = self._stash.pop((layer, name), None)
+        if stashed is not None:
+            if stashed[2] != stamp:
+                self._packed.pop(key, None)  # the stack holds another weight than this one
+            elif stashed[0] is x and stashed[1] == x._version:
+                return stashed[3]
+        out = self._fbgemm_alone(x2, weight, bias, stamp, (layer, name))
+        if name == group[-1] and key not in self._packed:
+            self._group_pack(layer, group, key)  # one-time setup, in the first forward
+        return out
+
+    def _pack(
+        self,
+        key: tuple[int, str],
+        stamps: tuple[tuple, ...],
+        sizes: tuple[int, ...],
+        weight: Callable[[], torch.Tensor],
+        bias: Any,
+    ) -> _Pack:
+        """Quantize ``weight()`` (per output channel) and prepack it for fbgemm under ``key``."""
+        w = weight()
+        q, scale = quantize_absmax(w.float(), 8)  # (D_out, D_in) int8, (D_out, 1)
+        zeros = torch.zeros(w.shape[0], dtype=torch.long)
+        with warnings.catch_warnings():
+            # PyTorch marks quantized-tensor creation as deprecated; the packed int8 GEMM
+            # it feeds is still the CPU's fastest int8 path (see the module docstring).
+            warnings.simplefilter("ignore", UserWarning)
+            qweight = torch._make_per_channel_quantized_tensor(
+                q, scale.squeeze(-1).double(), zeros, 0
+            )
+            packed = torch.ops.quantized.linear_prepack(
+                qweight, None if bias is None else bias.float()
+            )
+        hit = _Pack(packed, stamps, sizes, w.numel())
+        self._packed[key] = hit
+        return hit
+
+    def _run_packed(self, x: torch.Tensor, packed: Any) -> torch.Tensor:
+        """``x`` (rows, D_in) times a packed weight: (rows, D_out) in ``x``'s dtype."""
+        xf = x if x.dtype == torch.float32 else x.float()
+        if xf.shape[0] == 1:
+            out = torch.ops.quantized.linear_dynamic(xf, packed, self.reduce_range)
+        else:  # one call per token row: fbgemm's activation scale is per call, i.e. per token
+            out = torch.cat(
+                [
+                    torch.ops.quantized.linear_dynamic(xf[i : i + 1], packed, self.reduce_range)
+                    for i in range(xf.shape[0])
+                ]
+            )  # (T, D_out)
+        return out if out.dtype == x.dtype else out.to(x.dtype)
+
+    def _group_pack(self, layer: int, group: tuple[str, ...], key: tuple[int, str]) -> _Pack | None:
+        """The stacked pack of ``group`` in block ``layer``, built from the weights its members
+        were last called with; None unless all were seen, none with a bias."""
+        seen = [self._seen.get((layer, n)) for n in group]
+        if any(s is None or s[1] is not None for s in seen):
+            return None
+        weights = [s[0] for s in seen if s is not None]
+        for n in group:  # the members' own packs are no longer needed
+            self._packed.pop((layer, n), None)
+        stamps = tuple(_stamp(w, None) for w in weights)
+        sizes = tuple(w.shape[0] for w in weights)
+        return self._pack(key, stamps, sizes, partial(torch.cat, weights), None)
 
     def int8_bytes(self) -> int:
         """Bytes held by the cached int8 weight copies (this kernel's extra memory)."""
         return sum(e[0].numel() for e in self._int8.values()) + sum(
-            e[2] for e in self._packed.values()
+            e.n_bytes for e in self._packed.values()
         )
 
 
-def _ptr(t: torch.Tensor | None) -> int:
-    return 0 if t is None else t.data_ptr()
-
-
 def _stamp(weight: torch.Tensor, bias: torch.Tensor | None) -> tuple:
-    """What identifies a weight (and bias) a pack was made from."""
-    return (tuple(weight.shape), weight.dtype, weight.data_ptr(), _ptr(bias))
+    """What identifies a weight (and bias) a pack was made from (`tensor_stamp`)."""
+    return (tensor_stamp(weight), None if bias is None else tensor_stamp(bias))
 
 
 def int8_plan(

@@ -94,17 +94,23 @@ def base_forms(dtype: torch.dtype) -> list[Form]:
     return [Form(b) for b in BASE_FORMS if b != "packed" or packed_available(dtype)]
 
 
+def tensor_stamp(t: torch.Tensor) -> tuple:
+    """What a copy made from ``t`` must match to still stand for it: the storage (a replaced
+    tensor moves it), the version counter (an in-place change moves it; an inference tensor,
+    made under `torch.inference_mode`, has none: -1), the shape and the dtype."""
+    version = -1 if t.is_inference() else t._version
+    return (t.data_ptr(), version, tuple(t.shape), t.dtype)
+
+
 #: id(weight) -> (what the weight was when packed, its packed copy); leaves with its weight.
 _PACKED: dict[int, tuple[tuple, torch.Tensor]] = {}
 
 
 def packed_weight(weight: torch.Tensor) -> torch.Tensor:
     """``weight`` reordered into oneDNN's blocked layout: made on first use, then reused until the
-    weight is changed in place (its version counter moves) or replaced (its storage moves).
-    An inference tensor (made under `torch.inference_mode`) has no version counter: an in-place
-    change to one inside inference mode is not seen."""
-    version = -1 if weight.is_inference() else weight._version
-    stamp = (weight.data_ptr(), version, tuple(weight.shape), weight.dtype)
+    weight is changed in place or replaced (`tensor_stamp`; an in-place change to an inference
+    tensor inside inference mode is not seen)."""
+    stamp = tensor_stamp(weight)
     hit = _PACKED.get(id(weight))
     if hit is None:
         weakref.finalize(weight, _PACKED.pop, id(weight), None)
