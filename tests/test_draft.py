@@ -472,10 +472,11 @@ def test_time_target_runs_scratch_forwards_of_the_root_within_the_room() -> None
 
     runner.model = Spy()  # type: ignore[assignment]
     clock = _clock(drafter)
-    seconds = drafter.time_target([1, 4, 2, 5, 3])
-    assert list(seconds) == [1, 4, 2]  # stops at the first size without room
-    assert seconds == {1: 1.0, 4: 3.0, 2: 5.0} and len(clock.ticks) == 6
-    for (tokens, positions, grad, length), size in zip(seen, [1, 4, 2], strict=True):
+    seconds = drafter.time_target([1, 4, 5, 2])
+    assert list(seconds) == [1, 4, 2]  # 5 has no room
+    # Every size twice, the faster counts: the clock's intervals grow (1, 3, 5, then 7, 9, 11).
+    assert seconds == {1: 1.0, 4: 3.0, 2: 5.0} and len(clock.ticks) == 12
+    for (tokens, positions, grad, length), size in zip(seen, [1, 4, 2] * 2, strict=True):
         assert torch.equal(tokens, torch.full((1, size), ROOT))
         assert torch.equal(positions, torch.arange(base, base + size)[None])
         assert not grad and length == base + size
@@ -508,7 +509,29 @@ def test_time_target_feeds_on_the_cache_device() -> None:
     drafter.runner = Runner()  # type: ignore[assignment]
     assert drafter.time_target([2, 3, 4]) == {2: 1.0, 3: 3.0}
     meta = torch.device("meta")
-    assert seen == [(meta, meta), (meta, meta)] and truncated == [17, 17]
+    assert seen == [(meta, meta)] * 4 and truncated == [17] * 4
+
+
+def test_time_target_keeps_the_faster_of_two_forwards_per_size() -> None:
+    """A size's first forward may pay one-time setup (oneDNN's packed weights are made at their
+    first use, ~100 ms on SmolLM2): that forward must not become the size's cost, or DyTC would
+    avoid the size until exploration pays its way back to it."""
+    drafter = _drafter(max_nodes=8)
+    runner = drafter.runner
+    assert runner is not None
+    model, now, firsts = runner.model, [0.0], set()
+
+    class SlowFirst:
+        def forward(self, tokens, positions, cache=None):  # type: ignore[no-untyped-def]
+            size = tokens.shape[1]
+            now[0] += 0.1 + 0.01 * size if size in firsts else 0.5
+            firsts.add(size)
+            return model.forward(tokens, positions, cache=cache)
+
+    runner.model = SlowFirst()  # type: ignore[assignment]
+    drafter.clock = lambda: now[0]
+    seconds = drafter.time_target([1, 2, 4])
+    assert seconds == pytest.approx({1: 0.11, 2: 0.12, 4: 0.14})
 
 
 # -- free drafts ----------------------------------------------------------------------------
