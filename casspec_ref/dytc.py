@@ -55,7 +55,7 @@ class DyTCConfig:
     long_context_drop: bool = False  # one model level fewer above `long_context` tokens
     long_context: int = 512  # the context length that triggers `long_context_drop`
     cost_weight: float = 0.3  # the weight of a new timing in its size's running estimate
-    reexplore: float = 0.02  # per step untested, an estimate moves this far back to its prior
+    reexplore: float = 0.02  # per step untested, an estimate below its prior moves this far up
     explore_fraction: float = 0.02  # the most of the time spent exploring sizes (0 = never)
     explore_horizon: int = 128  # steps after which a size's timing is stale
     calibration_sizes: tuple[int, ...] = (2, 4, 8, 16)  # timed by scratch forwards first (or none)
@@ -93,8 +93,10 @@ class AcceptanceEstimator:
             self.alpha = (1.0 - self.weight) * self.alpha + self.weight * window_mean
 
     def relax(self, rate: float) -> None:
-        """Move the estimate `rate` of the way back to the prior (a step without observations)."""
-        self.alpha += rate * (self.prior - self.alpha)
+        """A step without observations: an estimate below the prior moves `rate` of the way up
+        to it (a draft switched off is tried again); one above it is not pulled down (biased)."""
+        if self.alpha < self.prior:
+            self.alpha += rate * (self.prior - self.alpha)
 
 
 # ------------------------------------------------------------------ 2. the cost curve
@@ -430,8 +432,7 @@ class DyTCPolicy:
         tree = TreeEstimate()
         if not self.ready():
             return tree.reach()  # the first step is a plain step: it times the target
-        untimed = self.untimed(drafts)
-        if untimed:
+        if untimed := self.untimed(drafts):
             # Probe: one single-token draft to learn the draft's cost (its first timing pays
             # one-time setup and is discarded, so each draft is probed twice).
             self._record(tree, untimed[0], drafter.expand(0, untimed[0], 1, 1))

@@ -55,8 +55,7 @@ def default_drafts(model: Any) -> tuple[ExecutionPlan, ...]:
     """The DSIA hierarchy used when `drafts` is None, cheapest level first: the preset a loader
     attached (``model.preset_drafts``); else, from 12 layers on, the blocks found cheapest to
     skip on SmolLM2 (docs/smollm2.md); else an early exit and a skipped middle MLP."""
-    preset = getattr(model, "preset_drafts", None)
-    if preset:
+    if preset := getattr(model, "preset_drafts", None):
         return tuple(preset)
     n = model.config.n_layers
     if n >= 12:

@@ -317,18 +317,21 @@ def test_width_is_a_decision_flat_verify_cost_branches_steep_does_not() -> None:
         assert not any(len(c) > 1 for c in drafter.children)
 
 
-def test_untested_drafts_relax_towards_their_prior_so_they_can_recover() -> None:
+def test_untested_drafts_relax_up_towards_their_prior_so_they_can_recover() -> None:
     """A draft whose estimate fell is not proposed, so it gets no observations: each step moves
-    it back towards its prior by `reexplore`, and leaves tested drafts alone."""
+    it back up towards its prior by `reexplore`; tested drafts, and an untested draft estimated
+    above its prior (a good draft a step did not need), are left alone."""
     policy = DyTCPolicy(["model"], DyTCConfig(warmup=0, reexplore=0.1, prior_pld_alpha=0.5))
     policy.observe_step([(PLD, False)] * 30 + [("model", True)] * 30, 1, 0.04, {})
     low, high = policy.alpha[PLD].alpha, policy.alpha["model"].alpha
     assert low < 0.05 and high > 0.9
     policy.observe_step([("model", True)], 1, 0.04, {})
     assert policy.alpha[PLD].alpha == pytest.approx(low + 0.1 * (0.5 - low))
+    high = policy.alpha["model"].alpha
     for _ in range(50):
         policy.observe_step([], 1, 0.04, {})
     assert policy.alpha[PLD].alpha == pytest.approx(0.5, abs=0.01)
+    assert policy.alpha["model"].alpha == high  # above its prior 0.6: not pulled down
     with pytest.raises(ValueError, match="reexplore"):
         DyTCConfig(reexplore=1.0)
 
