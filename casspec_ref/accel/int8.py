@@ -5,7 +5,8 @@ rounds activations (per token) and weights (per output channel) to the symmetric
 `quantize_absmax` and multiplies in float. `Int8Kernel` computes the same product with integer
 kernels, using that same `quantize_absmax` for the weights, and keeps **one int8 copy of each
 quantized weight** in the kernel object: about 128 MiB for all linears of SmolLM2-135M
-including the tied head (a quarter of its fp32 weights). Two backends:
+including the tied head (a quarter of its fp32 weights), remade when its weight is changed in
+place or replaced (`casspec_ref.base.kernels.tensor_stamp`). Two backends:
 
 - ``"fbgemm"`` (CPU default): PyTorch's dynamic quantized linear
   (``torch.ops.quantized.linear_dynamic`` on a prepacked per-channel weight), called once per
