@@ -66,17 +66,20 @@ class DyTCConfig:
 
 # ------------------------------------------------------------------ 1. acceptance estimates
 class AcceptanceEstimator:
-    """Online acceptance estimate of one draft: a running mean during warm-up, then an EMA."""
+    """Online acceptance estimate of one draft: an optimistic mean during warm-up, then an EMA."""
 
     def __init__(self, prior: float, *, weight: float, window: int, warmup: int) -> None:
         checks.check_prior(prior)
-        self.prior = float(prior)
-        self.alpha = float(prior)
-        self.weight = weight
-        self.warmup = warmup
-        self.count = 0
-        self._sum = 0.0
+        self.prior, self.weight, self.warmup = float(prior), weight, warmup
+        self.count, self._sum = 0, 0.0
         self._recent: deque[float] = deque(maxlen=window)
+        self.alpha = self._optimistic()
+
+    def _optimistic(self) -> float:
+        """The warm-up estimate: the prior as one pseudo-outcome, the outcomes seen, and those
+        still to come counted as accepted. A draft is tried until its outcomes speak: a chance
+        start (one rejection in two) cannot switch a good draft off before it is tested."""
+        return (self.prior + self._sum + self.warmup - self.count) / (1.0 + self.warmup)
 
     def observe(self, accepted: float) -> None:
         """Record one outcome: 1.0 accepted, 0.0 rejected (fractions for averaged events)."""
@@ -85,9 +88,7 @@ class AcceptanceEstimator:
         self._sum += accepted
         self._recent.append(float(accepted))
         if self.count <= self.warmup:
-            # The prior counts as one pseudo-observation: one early rejection cannot drive the
-            # estimate to zero and switch a draft off.
-            self.alpha = (self.prior + self._sum) / (1.0 + self.count)
+            self.alpha = self._optimistic()
         else:
             window_mean = sum(self._recent) / len(self._recent)
             self.alpha = (1.0 - self.weight) * self.alpha + self.weight * window_mean
@@ -409,8 +410,7 @@ class DyTCPolicy:
             return 1
         tokens, spent = tree.expected_tokens(), drafter.seconds()
         confidences = drafter.alternatives(choice.leaf, choice.draft, limit)
-        cum = tree.reach()[choice.leaf]
-        step = self.step_seconds()
+        cum, step = tree.reach()[choice.leaf], self.step_seconds()
         a_s = self.alpha[outcome_name(choice.draft, tree.drafts[choice.leaf])].alpha  # as `_record`
         chain = cum * self.chain_tokens(choice.draft, choice.k, tree.drafts[choice.leaf])
         spent_after = spent + self.draft_seconds(choice.draft) * choice.k

@@ -36,15 +36,15 @@ from casspec_ref.dytc import (
 )
 
 
-def test_estimate_moves_towards_observations() -> None:
+def test_estimate_is_optimistic_in_warm_up_then_follows_observations() -> None:
     est = AcceptanceEstimator(0.6, weight=0.3, window=5, warmup=3)
-    before = est.alpha
+    assert est.alpha == pytest.approx((0.6 + 3) / 4)  # the 3 outcomes to come counted accepted
     est.observe(1.0)
-    assert est.alpha > before
+    assert est.alpha == pytest.approx((0.6 + 3) / 4)  # that acceptance was already counted
     low = AcceptanceEstimator(0.6, weight=0.3, window=5, warmup=3)
     low.observe(0.0)
-    assert low.alpha < 0.6
-    # A long run of rejections after warm-up keeps pushing the estimate down, strictly.
+    assert low.alpha == pytest.approx((0.6 + 2) / 4)  # a rejection costs 1 / (1 + warmup)
+    # A long run of rejections keeps pushing the estimate down, strictly, past warm-up too.
     values = []
     for _ in range(10):
         low.observe(0.0)
@@ -56,7 +56,7 @@ def test_estimate_moves_towards_observations() -> None:
 def test_estimate_warmup_then_windowed_ema_by_hand() -> None:
     est = AcceptanceEstimator(0.5, weight=0.5, window=2, warmup=2)
     est.observe(1.0)
-    assert est.alpha == pytest.approx((0.5 + 1.0) / 2)  # prior as one pseudo-observation
+    assert est.alpha == pytest.approx((0.5 + 1.0 + 1.0) / 3)  # prior, outcome, one to come
     est.observe(1.0)
     assert est.alpha == pytest.approx((0.5 + 2.0) / 3)
     est.observe(0.0)  # first EMA step: window [1, 0], mean 0.5
@@ -209,6 +209,22 @@ def test_first_draft_timing_is_discarded() -> None:
     assert len(policy.draft_cost["l1"]) == 0 and policy.untimed(["l1", PLD]) == ["l1"]
     policy.observe_step([], 1, 0.03, {"l1": (1, 0.006)})
     assert policy.cost("l1") == pytest.approx(0.2, rel=1e-3)
+
+
+def test_one_early_rejection_does_not_switch_a_costly_draft_off() -> None:
+    # A draft at half a plain step's cost pays on this curve only above an estimate of ~0.8.
+    # Its two timing probes gave one rejection: a plain mean with the prior 0.6 says 0.53,
+    # and DyTC would never draft it again; the warm-up estimate still counts the 18 outcomes
+    # to come as accepted, so the draft is used and its own outcomes decide.
+    policy = DyTCPolicy(["l1"])
+    for accepted in (True, False):
+        policy.observe_step([("l1", accepted)], 2, 0.042, {"l1": (1, 0.020)})
+    for size in (1, 2, 4, 8, 16):
+        policy.observe_step([], size, 0.040 + 0.002 * (size - 1), {})
+    assert policy.alpha["l1"].alpha == pytest.approx((0.6 + 1 + 18) / 21)
+    drafter = _drafter(World(CURVES["linear"], {"l1": 0.93}, {"l1": 0.020}))
+    policy.grow(drafter, ["l1"])
+    assert drafter.size() > 2 and set(drafter.draft[1:]) == {"l1"}
 
 
 def test_best_k_with_and_without_the_verify_cost() -> None:
@@ -391,7 +407,7 @@ def test_exploring_a_stale_size_is_paid_by_the_budget() -> None:
 
 
 def test_a_free_draft_chain_is_estimated_with_its_continuing_alpha() -> None:
-    policy = DyTCPolicy(["l1"])
+    policy = DyTCPolicy(["l1"], DyTCConfig(warmup=0))
     for accepted in (0.0, 0.0, 1.0, 0.0):
         policy.alpha[PLD].observe(accepted)
     for accepted in (1.0, 1.0, 1.0, 0.0):
