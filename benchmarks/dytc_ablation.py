@@ -6,7 +6,9 @@ them. On the first turn of each question of a prompt set it runs, interleaved qu
 question in one process (so that a load change on a shared machine hits every variant alike):
 
 - ``ar``: the naive loop (`generate_ar`), the baseline of every ratio;
-- ``pld:3``: prompt lookup proposing at most 3 tokens (the best fixed schedule on the 2-core CPU);
+- ``pld:3``: prompt lookup proposing at most 3 tokens;
+- ``pld-or-chain``: prompt lookup's proposal when it has one, else a chain of the int8 draft (the
+  best fixed schedule on the 2-core CPU since stop 16);
 - ``cas-spec``: DyTC with the model's draft levels, prompt lookup and recycled tokens;
 - ``dytc-free``: DyTC with prompt lookup and recycled tokens only (``drafts=()``);
 - any ``--variant NAME@FIELD=VALUE,...``: NAME (``cas-spec`` or ``dytc-free``) with those
@@ -47,9 +49,11 @@ def parse_variant(text: str) -> tuple[str, DyTCConfig]:
 
 
 def make_runners(model: Any, variants: list[str]) -> dict[str, Runner]:
-    """One bench runner per variant: (prompt ids, new tokens) -> (tokens, stats). ar, pld:3 and
-    cas-spec are the bench's own; the DyTC variants keep one policy each across questions."""
-    runners = {name: _make_runner(name, model, stop_ids=()) for name in ("ar", "pld:3", "cas-spec")}
+    """One bench runner per variant: (prompt ids, new tokens) -> (tokens, stats). ar, pld:3,
+    pld-or-chain and cas-spec are the bench's own; the DyTC variants keep one policy each across
+    questions."""
+    fixed = ("ar", "pld:3", "pld-or-chain", "cas-spec")
+    runners = {name: _make_runner(name, model, stop_ids=()) for name in fixed}
     levels = [plan.name for plan in default_drafts(model)]
     for name in ["dytc-free", *variants]:
         base, config = parse_variant(name) if "@" in name else (name, DyTCConfig())

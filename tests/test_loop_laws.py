@@ -56,7 +56,9 @@ SCHEDULE = ScheduleOptions(
 )
 PLD_CONFIG = PromptLookupConfig(max_proposal=3)
 DYTC = DyTCConfig(warmup=0, max_tree_size=4, max_k=2, siblings=2)
-METHODS = ("pld", "chain", "vc", "hc", "vchc", "swift-tree", "static-tree", "cas-spec")
+METHODS = (
+    "pld", "chain", "pld-or-chain", "vc", "hc", "vchc", "swift-tree", "static-tree", "cas-spec"
+)  # fmt: skip
 #: Methods whose trees have sampled siblings (the others draft chains).
 BRANCHING = ("swift-tree", "static-tree", "cas-spec")
 

@@ -111,6 +111,27 @@ def test_chain_methods_draft_chain_k_tokens(method: str) -> None:
         assert drafter.info[1].source == "skip" and drafter.info[-1].source == "exit"
 
 
+def test_pld_or_chain_takes_the_lookup_when_it_has_one_else_drafts_a_chain() -> None:
+    model = _model()
+    options = ScheduleOptions(chain_k=3, lookup_k=2)
+    drafter, _ = _drafter(model, DraftSampling())
+    SCHEDULES["pld-or-chain"](ScheduleSpec(list(LEVELS), 3, options=options)).build(drafter)
+    want = PromptLookup(CONTEXT).propose(2)
+    assert want and drafter.tree.tokens[1:] == want  # lookup_k tokens of the lookup, no forward
+    assert {i.source for i in drafter.info[1:]} == {"pld"} and drafter.runner.forwards == 0  # type: ignore[union-attr]
+    context = [3, 5, 7, 9, 11]  # no token repeats: the lookup has nothing
+    cache = KVCache(model.config, 128, torch.float64)
+    with torch.no_grad():
+        model.forward(torch.tensor([context[:-1]]), None, cache=cache)
+    drafter = StepDrafter(
+        context[-1], context, DraftRunner(model, cache), PromptLookup(context), LEVELS,
+        DraftSampling(), TorchRandomSource(0), max_nodes=64, max_depth=16,
+    )  # fmt: skip
+    SCHEDULES["pld-or-chain"](ScheduleSpec(list(LEVELS), 3, options=options)).build(drafter)
+    assert drafter.tree.max_depth == 3 and len(drafter.tree) == 4  # a chain of chain_k
+    assert {i.source for i in drafter.info[1:]} == {"skip"}  # the most accurate level
+
+
 def test_pld_only_uses_no_model() -> None:
     drafter = StepDrafter(
         CONTEXT[-1], CONTEXT, None, PromptLookup(CONTEXT), {}, DraftSampling(),

@@ -1,7 +1,8 @@
 """The paper's comparison schedules: chain speculative decoding with one DSIA draft, prompt
 lookup or recycled tokens alone, the vertical (VC) and horizontal (HC) cascades, VC+HC
-(CS-Drafting), a SWIFT-style confidence tree and a static tree. Their reconstructed choices and
-parameters: docs/design.md (`baselines/`)."""
+(CS-Drafting), a SWIFT-style confidence tree and a static tree; and ours, prompt lookup else a
+chain (the fixed rule DyTC must beat on a CPU). Their reconstructed choices and parameters:
+docs/design.md (`baselines/`)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from casspec_ref.schedules import Schedule, ScheduleSpec
 class ScheduleOptions:
     """Parameters of the baseline schedules (DyTC's own live in `DyTCConfig`)."""
 
-    chain_k: int = 4  # tokens a chain (and VC, HC) drafts per step, >= 1
+    chain_k: int = 4  # tokens a chain (and VC, HC, pld-or-chain) drafts per step, >= 1
+    lookup_k: int = 5  # the most tokens pld-or-chain takes from prompt lookup, >= 1
     hc_split: int = 2  # positions HC drafts with the most accurate level, then the cheapest
     swift_threshold: float = 0.6  # SWIFT extends a node while its token's probability >= this
     swift_sibling: float = 0.2  # ... and adds a sibling with at least this probability
@@ -29,7 +31,7 @@ class ScheduleOptions:
     static_branching: tuple[int, ...] = (2, 2, 1, 1)  # children per node at each depth
 
     def __post_init__(self) -> None:
-        for name in ("chain_k", "swift_max_depth"):
+        for name in ("chain_k", "lookup_k", "swift_max_depth"):
             if getattr(self, name) < 1:
                 raise ValueError(f"ScheduleOptions.{name}={getattr(self, name)} must be >= 1")
         if self.hc_split < 0:
@@ -108,6 +110,19 @@ class Chain(Baseline):
         draft_chain(drafter, _top(list(drafter.levels)), 0, self.options.chain_k)
 
 
+class LookupOrChain(Baseline):
+    """Prompt lookup's proposal when it has one, else a chain of the most accurate level: the
+    simplest fixed cascade of a free draft and a model draft (one rule, no estimates)."""
+
+    name = "pld-or-chain"
+
+    def build(self, drafter: StepDrafter) -> None:
+        if tokens := drafter.lookup(0, self.options.lookup_k):
+            drafter.add_chain(0, tokens, PLD)
+        else:
+            draft_chain(drafter, _top(list(drafter.levels)), 0, self.options.chain_k)
+
+
 class VerticalCascade(Baseline):
     """VC: prompt lookup proposes, the most accurate level reviews it, then drafts on."""
 
@@ -179,6 +194,7 @@ class StaticTree(Baseline):
 BASELINES = (
     PLDOnly,
     Chain,
+    LookupOrChain,
     VerticalCascade,
     HorizontalCascade,
     VCHC,

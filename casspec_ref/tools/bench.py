@@ -57,8 +57,8 @@ MT_BENCH_CATEGORIES = frozenset(
 )
 GROUP_ORDER = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag")
 EXTERNAL_METHODS = ("hf", "hf-pld")
-#: Methods that take a fixed k (``pld:K``, ``chain:K``).
-SIZED_METHODS = ("pld", "chain")
+#: Methods that take a fixed k (``pld:K``, ``chain:K``, ``pld-or-chain:K``: its chain's K).
+SIZED_METHODS = ("pld", "chain", "pld-or-chain")
 VERIFY_SIZES = (1, 2, 3, 4, 6, 8, 12, 16)
 
 
@@ -284,7 +284,7 @@ def _make_runner(
     options: dict[str, Any] = {}
     if base == "pld" and k is not None:
         options["pld"] = PromptLookupConfig(max_proposal=k)
-    if base == "chain" and k is not None:
+    if base in ("chain", "pld-or-chain") and k is not None:
         options["schedule"] = ScheduleOptions(chain_k=k)
     if base == "cas-spec":
         # DyTC's online estimates (acceptance, costs) persist across questions, as they would
