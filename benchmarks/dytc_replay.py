@@ -1,0 +1,159 @@
+"""DyTC and the fixed schedules replayed on recorded acceptances (`casspec_ref.tools.replay`).
+
+Scope: a bench run is one noisy path of each adaptive policy; this script compares policies on
+the same recorded truth, with no timing noise. Two steps:
+
+- ``record``: greedy answers of a prompt set's first turns (`generate_ar`), each draft level's
+  and the target's top tokens along them, and this machine's costs (one target forward over
+  T = 1..32 new tokens after 256 cached, each level's one-token forward; medians), to a JSON file;
+- ``replay``: decodes every answer again with no model, for the naive loop, ``pld:K``,
+  ``chain:K``, ``pld-or-chain:K`` and DyTC (``cas-spec``, and any ``--variant
+  cas-spec@FIELD=VALUE,...`` of `DyTCConfig`), and prints each one's speedup over the naive loop,
+  overall and per group. The overheads decoding adds to the measured forwards are options
+  (defaults: 1 ms per draft call, 3 ms per speculative step, read off this machine's bench).
+
+Run: ``OMP_NUM_THREADS=2 python benchmarks/dytc_replay.py record --questions heldout --out
+h.json`` (about 3 minutes), then ``python benchmarks/dytc_replay.py replay h.json`` (about 10
+seconds per DyTC variant). Numbers and their reading: docs/benchmarks.md (stop 16).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from typing import Any
+
+import torch
+
+from casspec_ref.dytc import DyTCPolicy
+from casspec_ref.tools.replay import (
+    Costs,
+    Recorded,
+    Replayed,
+    chain_schedule,
+    lookup_or_chain_schedule,
+    lookup_schedule,
+    record,
+    replay,
+)
+
+SETS = {"bundled": "prompts", "heldout": "prompts_heldout"}
+
+
+def measure_costs(model: Any, levels: list[Any], cached: int = 256) -> dict[str, Any]:
+    """Median seconds of a target forward over T = 1..32 tokens and of each level's one-token
+    forward, after `cached` tokens (two untimed forwards first: one-time setup)."""
+    from casspec_ref.kv_cache import KVCache
+
+    cfg = model.config
+    cache = KVCache(cfg, cached + 40, next(model.parameters()).dtype, "cpu")
+
+    def timed(tokens: int, plan: Any = None, repeats: int = 9) -> float:
+        times = []
+        for _ in range(repeats + 2):
+            x = torch.randint(0, cfg.vocab_size, (1, tokens))
+            start = time.perf_counter()
+            model.forward(x, cache=cache, plan=plan)
+            times.append(time.perf_counter() - start)
+            cache.truncate(cached)
+        return statistics.median(times[2:])
+
+    with torch.no_grad():
+        model.forward(torch.randint(0, cfg.vocab_size, (1, cached)), cache=cache)
+        verify = {t: timed(t) for t in range(1, 33)}
+        draft = {plan.name: timed(1, plan, 15) for plan in levels}
+    return {"verify": verify, "draft": draft}
+
+
+def do_record(args: argparse.Namespace) -> None:
+    from casspec_ref.generate import generate_ar
+    from casspec_ref.io.weights import load_model
+    from casspec_ref.speculative import default_drafts
+    from casspec_ref.tools.bench import default_questions_path, load_questions
+
+    model, tokenizer = load_model()
+    assert tokenizer is not None
+    levels = list(default_drafts(model))
+    records = []
+    for q in load_questions(default_questions_path(SETS[args.questions])):
+        prompt = tokenizer.apply_chat_template([{"role": "user", "content": q.turns[0]}])
+        answer = list(generate_ar(model, prompt, args.max_new_tokens).tokens)
+        with torch.no_grad():
+            records.append(record(model, prompt, answer, levels, q.category).to_json())
+        print(f"recorded question {q.question_id} ({q.category})", flush=True)
+    costs = measure_costs(model, levels)
+    with open(args.out, "w") as f:
+        json.dump({"questions": args.questions, "records": records, "costs": costs}, f)
+    print(f"wrote {args.out}")
+
+
+def parse_variant(text: str) -> dict[str, float | int]:
+    """``"cas-spec@warmup=10,window=60"`` -> {"warmup": 10, "window": 60}."""
+    base, _, spec = text.partition("@")
+    if base != "cas-spec":
+        raise SystemExit(f"--variant {text!r}: the base must be cas-spec")
+    fields: dict[str, float | int] = {}
+    for item in filter(None, spec.split(",")):
+        name, _, value = item.partition("=")
+        fields[name] = float(value) if "." in value else int(value)
+    return fields
+
+
+def do_replay(args: argparse.Namespace) -> None:
+    from casspec_ref.dytc import DyTCConfig
+
+    with open(args.record) as f:
+        data = json.load(f)
+    records = [Recorded(**r) for r in data["records"]]
+    raw = data["costs"]
+    costs = Costs({int(t): s for t, s in raw["verify"].items()}, raw["draft"],
+                  args.draft_overhead, args.step_overhead)  # fmt: skip
+    levels = list(records[0].drafts)
+    top = levels[-1]  # the most accurate level (hierarchies are ordered cheapest first)
+    runs: dict[str, Replayed] = {"ar": replay(records, costs)}
+    for k in (2, 3, 4, 5, 6, 8):
+        runs[f"pld:{k}"] = replay(records, costs, lookup_schedule(k))
+    for k in (2, 3, 4, 5, 6):
+        runs[f"chain:{k}"] = replay(records, costs, chain_schedule(top, k))
+        runs[f"pld-or-chain:{k}"] = replay(records, costs, lookup_or_chain_schedule(top, k))
+    for name in ["cas-spec", *args.variant]:
+        fields = parse_variant(name) if "@" in name else {}
+        policy = DyTCPolicy(levels, DyTCConfig(**fields))  # type: ignore[arg-type]
+        runs[name] = replay(records, costs, policy=policy)
+        alphas = ", ".join(f"{d} {e.alpha:.2f} ({e.count})" for d, e in policy.alpha.items())
+        print(f"{name}: final estimates (outcomes): {alphas}")
+    ar = runs["ar"]
+    groups = list(ar.seconds)
+    print(
+        f"\n{data['questions']}: {len(records)} first turns, replayed; speedup over the naive loop"
+    )
+    print(f"{'method':34s} {'overall':>8s} " + " ".join(f"{g[:9]:>9s}" for g in groups))
+    fixed = [n for n in runs if n != "ar" and not n.startswith("cas-spec")]
+    best_fixed = min(fixed, key=lambda n: sum(runs[n].seconds.values()))
+    for name, run in runs.items():
+        overall = sum(ar.seconds.values()) / sum(run.seconds.values())
+        per = " ".join(f"{ar.seconds[g] / run.seconds[g]:9.3f}" for g in groups)
+        mark = "  <- best fixed" if name == best_fixed else ""
+        print(f"{name:34s} {overall:8.3f} {per}{mark}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    rec = sub.add_parser("record", help="record answers, predictions and costs")
+    rec.add_argument("--questions", choices=sorted(SETS), default="heldout")
+    rec.add_argument("--max-new-tokens", type=int, default=128)
+    rec.add_argument("--out", required=True)
+    rep = sub.add_parser("replay", help="replay the schedules on a record")
+    rep.add_argument("record")
+    rep.add_argument("--variant", action="append", default=[], help="cas-spec@FIELD=VALUE,...")
+    rep.add_argument("--draft-overhead", type=float, default=1e-3, help="seconds per draft call")
+    rep.add_argument("--step-overhead", type=float, default=3e-3, help="seconds per step")
+    args = parser.parse_args()
+    do_record(args) if args.command == "record" else do_replay(args)
+
+
+if __name__ == "__main__":
+    main()

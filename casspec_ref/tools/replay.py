@@ -1,0 +1,331 @@
+"""Replaying drafting schedules on recorded acceptances: DyTC against fixed rules without noise.
+
+Scope: one bench run of a speculative method is one path: DyTC's estimates decide which drafts
+it tests, what it tests decides its estimates, and timing noise moves every ratio by a few per
+cent. Comparing two policies that way takes many runs. Under greedy decoding the answer is fixed
+(the naive loop's), so whether a drafted token is accepted is known in advance: a node is
+accepted when its path is a prefix of the answer. A replay records, per question:
+
+- the answer (greedy, the target's own);
+- each draft level's top-3 next tokens and probabilities at every answer position, read from
+  the target's K/V as a draft reads them in decoding (`TeacherForced`; exact for the first token
+  of a chain, the later ones read the draft's own K/V for the tokens it drafted in that step);
+- the target's top-4 at every position (what a verify forward gives the recycled-token table);
+
+and, once, this machine's costs: the target's forward over T = 1..32 new tokens, each level's
+one-token forward. It then decodes every question again with no model: a schedule grows trees
+through `ReplayDrafter` (a `casspec_ref.dytc.TreeDrafter`), the recorded answer verifies them,
+and the clock is the measured costs, plus a per-call overhead for a draft forward and a per-step
+overhead for a speculative step (both measured in decoding, stated by the caller), plus the real
+Python time of DyTC's own decisions. Same answer, same costs, one path per policy: two policies'
+ratios differ only by what they decided. What a replay does not model: sampling, timing noise,
+and draft tokens below a rejected one (never tested, so only their count matters).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from casspec_ref.dsia.prompt_lookup import PromptLookup
+from casspec_ref.dytc import PLD, RECYCLE, DyTCPolicy, outcome_name
+from casspec_ref.tools.teacher_forced import TeacherForced
+
+LOOKUP_SECONDS = 2e-5  # one prompt lookup or recycled-token walk (measured: 10-30 us)
+DRAFT_TOP = 3  # alternatives kept per draft position (DyTC's default `siblings`)
+TARGET_TOP = 4  # successors the recycled-token table keeps (`TokenRecycler` width)
+Grown = list[tuple[int, int, float | None]]  # (node, parent, confidence) per added node
+Table = dict[int, tuple[list[int], list[float]]]  # recycled tokens: token -> successors, probs
+
+
+@dataclass
+class Recorded:
+    """One question's truth: the prompt, the greedy answer, and per answer position ``i`` (the
+    token at ``len(prompt) + i``) what each draft and the target predict there."""
+
+    category: str
+    prompt: list[int]
+    answer: list[int]
+    drafts: dict[str, tuple[list[list[int]], list[list[float]]]]  # level -> (ids, probs)
+    target: tuple[list[list[int]], list[list[float]]]
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class Costs:
+    """Seconds on the machine replayed: a target forward by new tokens, a draft call by level,
+    and the overheads decoding adds to them (a draft call's bookkeeping, a speculative step's
+    tree mask, verifier and cache commit)."""
+
+    verify: dict[int, float]
+    draft: dict[str, float]
+    draft_overhead: float = 1e-3
+    step_overhead: float = 3e-3
+
+    def verify_seconds(self, tokens: int) -> float:
+        return self.verify[min(tokens, max(self.verify))]
+
+
+def _top(logits: torch.Tensor, k: int) -> tuple[list[list[int]], list[list[float]]]:
+    probs = torch.softmax(logits.double(), dim=-1)  # (W, V)
+    values, ids = torch.topk(probs, k, dim=-1)  # (W, k)
+    return ids.tolist(), [[round(p, 5) for p in row] for row in values.tolist()]
+
+
+def record(model: Any, prompt: Sequence[int], answer: Sequence[int], levels: Sequence[Any],
+           category: str = "") -> Recorded:  # fmt: skip
+    """Record one question: `answer` must be the target's greedy continuation of `prompt`."""
+    tf = TeacherForced(model, [*prompt, *answer], first=len(prompt))
+    if tf.target_agreement() < 1.0:
+        raise ValueError("record: the answer is not the target's greedy continuation")
+    drafts = {plan.name: _top(tf.draft_logits(plan), DRAFT_TOP) for plan in levels}
+    return Recorded(
+        category, list(prompt), list(answer), drafts, _top(tf.target_logits, TARGET_TOP)
+    )
+
+
+class ReplayDrafter:
+    """One step's tree over recorded predictions (the `TreeDrafter` DyTC grows trees through,
+    plus what the fixed schedules use). Node ``n`` holds token ``tokens[n]`` at answer index
+    ``index[n]`` (the root: the last committed token)."""
+
+    def __init__(self, rec: Recorded, committed: int, pld: PromptLookup,
+                 recycler: Table, costs: Costs,
+                 max_nodes: int, max_depth: int) -> None:  # fmt: skip
+        self.rec, self.pld, self.recycler, self.costs = rec, pld, recycler, costs
+        self.max_nodes, self.max_depth = max_nodes, max_depth
+        self.tokens, self.index = [rec.answer[committed - 1]], [committed - 1]
+        self.parent, self.depth, self.source, self.primary = [-1], [0], ["root"], [True]
+        self.children: list[list[int]] = [[]]
+        self.charged: dict[str, tuple[int, float]] = {}  # per draft: (calls, seconds)
+        self._lookups: dict[int, list[int]] = {}
+        self._fed: set[tuple[str, int]] = set()  # (level, node): one forward each
+
+    # -- bookkeeping ---------------------------------------------------------------------------
+    def _charge(self, name: str, seconds: float) -> None:
+        calls, total = self.charged.get(name, (0, 0.0))
+        self.charged[name] = (calls + 1, total + seconds)
+
+    def _add(self, parent: int, token: int, source: str, primary: bool) -> int:
+        self.tokens.append(token)
+        self.index.append(self.index[parent] + 1)
+        self.parent.append(parent)
+        self.depth.append(self.depth[parent] + 1)
+        self.source.append(source)
+        self.primary.append(primary)
+        self.children.append([])
+        self.children[parent].append(len(self.tokens) - 1)
+        return len(self.tokens) - 1
+
+    def _path(self, node: int) -> list[int]:
+        path = []
+        while node > 0:
+            path.append(self.tokens[node])
+            node = self.parent[node]
+        return path[::-1]
+
+    def predictions(self, level: str, node: int) -> tuple[list[int], list[float]]:
+        """The level's top tokens after `node` (one forward, charged once per node)."""
+        if (level, node) not in self._fed:
+            self._fed.add((level, node))
+            self._charge(level, self.costs.draft[level] + self.costs.draft_overhead)
+        ids, probs = self.rec.drafts[level]
+        row = min(self.index[node] + 1, len(ids) - 1)  # row i predicts answer[i]; past the end
+        return ids[row], probs[row]  # of the answer a node is never tested
+
+    # -- TreeDrafter ---------------------------------------------------------------------------
+    def size(self) -> int:
+        return len(self.tokens)
+
+    def room(self, node: int) -> int:
+        return max(0, min(self.max_nodes - self.size(), self.max_depth - self.depth[node]))
+
+    def is_leaf(self, node: int) -> bool:
+        return not self.children[node]
+
+    def seconds(self) -> float:
+        return sum(seconds for _, seconds in self.charged.values())
+
+    def lookup(self, node: int, k: int) -> list[int]:
+        self._charge(PLD, LOOKUP_SECONDS)
+        return self.pld.propose_after(self._path(node), k)
+
+    def _walk(self, token: int, k: int) -> list[tuple[int, float]]:
+        out: list[tuple[int, float]] = []
+        while len(out) < k and token in self.recycler:
+            ids, probs = self.recycler[token]
+            token = ids[0]
+            out.append((token, probs[0]))
+        return out
+
+    def offers(self, node: int, draft: str) -> int:
+        if draft == PLD:
+            if node not in self._lookups:
+                self._lookups[node] = self.lookup(node, self.room(node))
+            return len(self._lookups[node])
+        return len(self._walk(self.tokens[node], self.room(node))) if draft == RECYCLE else 0
+
+    def alternatives(self, node: int, draft: str, width: int) -> list[float]:
+        if draft == RECYCLE:
+            return list(self.recycler.get(self.tokens[node], ([], []))[1][:width])
+        return self.predictions(draft, node)[1][:width]
+
+    def add_chain(self, node: int, tokens: Sequence[int], source: str) -> list[int]:
+        added = []
+        for token in tokens:
+            if self.room(node) < 1:
+                break
+            node = self._add(node, token, source, True)
+            added.append(node)
+        return added
+
+    def propose(self, level: str, node: int, count: int) -> list[tuple[int, float]]:
+        """Up to `count` children of `node` from `level` (greedy: its top tokens)."""
+        count = min(count, self.max_nodes - self.size())
+        if count < 1 or self.room(node) < 1:
+            return []
+        ids, probs = self.predictions(level, node)
+        return [(self._add(node, ids[j], level, j == 0), probs[j]) for j in range(count)]
+
+    def expand(self, node: int, draft: str, k: int, width: int) -> Grown:
+        if draft == PLD:
+            tokens = self._lookups.get(node) or self.lookup(node, k)
+            return [(n, self.parent[n], None) for n in self.add_chain(node, tokens[:k], PLD)]
+        if draft == RECYCLE:
+            self._charge(RECYCLE, LOOKUP_SECONDS)
+            ids, probs = self.recycler.get(self.tokens[node], ([], []))
+            first = list(zip(ids[:width], probs[:width], strict=True))[: max(0, self.room(node))]
+            if not first:
+                return []
+            kids: Grown = [
+                (self._add(node, t, RECYCLE, j == 0), node, p) for j, (t, p) in enumerate(first)
+            ]
+            walk = self._walk(first[0][0], k - 1)
+            chain = self.add_chain(kids[0][0], [t for t, _ in walk], RECYCLE)
+            return (
+                kids[:1] + [(n, self.parent[n], walk[i][1]) for i, n in enumerate(chain)] + kids[1:]
+            )
+        first = self.propose(draft, node, width)
+        grown: Grown = [(c, node, p) for c, p in first[:1]]
+        while grown and len(grown) < k:
+            nxt = self.propose(draft, grown[-1][0], 1)
+            if not nxt:
+                break
+            grown.append((nxt[0][0], grown[-1][0], nxt[0][1]))
+        return grown + [(c, node, p) for c, p in first[1:]]
+
+    # -- the verifier ----------------------------------------------------------------------------
+    def verify(self) -> tuple[list[int], list[tuple[str, bool]]]:
+        """Greedy verification against the answer: (accepted nodes, root first excluded;
+        ``(outcome name, accepted)`` per chain-continuing node whose parent was accepted)."""
+        answer, node = self.rec.answer, 0
+        accepted: list[int] = []
+        tested: list[tuple[str, bool]] = []
+        while True:
+            nxt = None
+            for child in self.children[node]:
+                i = self.index[child]
+                ok = i < len(answer) and self.tokens[child] == answer[i]
+                if self.primary[child]:
+                    tested.append((outcome_name(self.source[child], self.source[node]), ok))
+                nxt = child if ok and nxt is None else nxt
+            if nxt is None:
+                return accepted, tested
+            accepted.append(nxt)
+            node = nxt
+
+
+Schedule = Callable[[ReplayDrafter], None]
+
+
+def lookup_schedule(k: int) -> Schedule:
+    """Prompt lookup alone, at most `k` tokens (the bench's ``pld:K``)."""
+
+    def build(d: ReplayDrafter) -> None:
+        if d.max_depth >= 1:
+            d.add_chain(0, d.lookup(0, k), PLD)
+
+    return build
+
+
+def chain_schedule(level: str, k: int) -> Schedule:
+    """A chain of `k` tokens of `level` (the bench's ``chain:K``)."""
+
+    def build(d: ReplayDrafter) -> None:
+        node = 0
+        for _ in range(k):
+            children = d.propose(level, node, 1)
+            if not children:
+                return
+            node = children[0][0]
+
+    return build
+
+
+def lookup_or_chain_schedule(level: str, k: int, lookup_k: int = 5) -> Schedule:
+    """Prompt lookup when it proposes, else a chain (the bench's ``pld-or-chain:K``)."""
+    chain = chain_schedule(level, k)
+
+    def build(d: ReplayDrafter) -> None:
+        if tokens := d.lookup(0, lookup_k) if d.max_depth >= 1 else []:
+            d.add_chain(0, tokens, PLD)
+        else:
+            chain(d)
+
+    return build
+
+
+@dataclass
+class Replayed:
+    """One method's replay over questions: seconds, steps and tokens, per category."""
+
+    seconds: dict[str, float]
+    tokens: dict[str, int]
+    steps: int = 0
+
+
+def replay(records: Sequence[Recorded], costs: Costs, schedule: Schedule | None = None,
+           policy: DyTCPolicy | None = None) -> Replayed:  # fmt: skip
+    """Decode every recorded answer again with `schedule` (a fixed rule), or with DyTC's
+    `policy` (its estimates carried across questions, as the bench carries them), or neither
+    (the naive loop: one forward per token)."""
+    out = Replayed({}, {})
+    for rec in records:
+        seconds, committed, n = 0.0, 1, len(rec.answer)  # the prefill's token is not counted
+        pld, recycler = PromptLookup([*rec.prompt, rec.answer[0]]), Table()
+        while committed < n:
+            d = ReplayDrafter(rec, committed, pld, recycler, costs, 32 if policy else 64,
+                              n - committed - 1)  # fmt: skip
+            start = time.perf_counter()
+            if policy is not None and not policy.ready():  # DyTC's first step times sizes
+                for size in (1, *policy.config.calibration_sizes):
+                    policy.verify_cost.observe(size, costs.verify_seconds(size))
+            elif policy is not None:
+                policy.grow(d, [*rec.drafts, PLD, RECYCLE])
+            elif schedule is not None:
+                schedule(d)
+            thinking = time.perf_counter() - start if policy is not None else 0.0
+            accepted, tested = d.verify()
+            verify = costs.verify_seconds(d.size())
+            if policy is not None:
+                policy.observe_step(tested, d.size(), verify, d.charged)
+            for node in [0, *accepted]:  # what the target predicted on the accepted path
+                row = min(d.index[node] + 1, n - 1)
+                recycler[d.tokens[node]] = (rec.target[0][row], rec.target[1][row])
+            new = [d.tokens[node] for node in accepted]
+            bonus = d.index[accepted[-1] if accepted else 0] + 1
+            for token in new + rec.answer[bonus : bonus + 1]:
+                pld.append(token)
+            committed += len(new) + 1
+            speculative = schedule is not None or policy is not None
+            seconds += verify + d.seconds() + thinking + speculative * costs.step_overhead
+            out.steps += 1
+        out.seconds[rec.category] = out.seconds.get(rec.category, 0.0) + seconds
+        out.tokens[rec.category] = out.tokens.get(rec.category, 0) + n - 1
+    return out

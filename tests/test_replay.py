@@ -1,0 +1,93 @@
+"""The replay of drafting schedules on recorded acceptances (`casspec_ref.tools.replay`): what it
+records, and its clock and verification worked by hand."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from casspec_ref.base.random_weights import random_init_
+from casspec_ref.config import tiny_llama
+from casspec_ref.dytc import DyTCConfig, DyTCPolicy
+from casspec_ref.generate import generate_ar
+from casspec_ref.kv_cache import KVCache
+from casspec_ref.model import Transformer
+from casspec_ref.plan import ExecutionPlan
+from casspec_ref.tools.replay import (
+    Costs,
+    Recorded,
+    chain_schedule,
+    lookup_or_chain_schedule,
+    record,
+    replay,
+)
+
+ANSWER = list(range(10, 21))  # 11 tokens: the first comes from the prefill, 10 are decoded
+COSTS = Costs({1: 1.0, 2: 1.25, 3: 1.5, 4: 1.75, 5: 2.0}, {"good": 0.2, "bad": 0.2}, 0.05, 0.1)
+
+
+def _recorded(prompt: list[int]) -> Recorded:
+    """Row i predicts answer[i]: "good" always right, "bad" never."""
+    good = ([[t, 0, 1] for t in ANSWER], [[0.9, 0.05, 0.05]] * len(ANSWER))
+    bad = ([[999, 0, 1]] * len(ANSWER), [[0.9, 0.05, 0.05]] * len(ANSWER))
+    target = ([[t, 0, 1, 2] for t in ANSWER], [[0.7, 0.1, 0.1, 0.1]] * len(ANSWER))
+    return Recorded("g", prompt, ANSWER, {"bad": bad, "good": good}, target)
+
+
+def test_the_naive_loop_pays_one_forward_per_decoded_token() -> None:
+    run = replay([_recorded([1, 2, 3])], COSTS)
+    assert run.steps == 10 and run.tokens == {"g": 10}
+    assert run.seconds["g"] == pytest.approx(10 * 1.0)
+
+
+def test_a_right_chain_commits_k_plus_one_tokens_a_step_at_its_cost() -> None:
+    run = replay([_recorded([1, 2, 3])], COSTS, chain_schedule("good", 3))
+    # Steps commit 4, 4, then 2 (the answer's end limits the last chain to one token):
+    # 7 draft calls, verify forwards over 4, 4 and 2 tokens, 3 step overheads.
+    assert run.steps == 3
+    assert run.seconds["g"] == pytest.approx(7 * 0.25 + 2 * 1.75 + 1.25 + 3 * 0.1)
+
+
+def test_a_wrong_chain_commits_one_token_a_step() -> None:
+    run = replay([_recorded([1, 2, 3])], COSTS, chain_schedule("bad", 3))
+    assert run.steps == 10  # every draft rejected: only the target's own token each step
+
+
+def test_lookup_or_chain_takes_the_lookup_where_the_prompt_holds_the_answer() -> None:
+    copied = replay([_recorded([*ANSWER, 5])], COSTS, lookup_or_chain_schedule("bad", 3, 4))
+    assert copied.steps == 2  # the lookup copies the answer: 5 tokens a step, then the rest
+    fresh = replay([_recorded([1, 2, 3])], COSTS, lookup_or_chain_schedule("good", 3, 4))
+    assert fresh.steps == 3  # nothing to look up: the chain, as above
+
+
+def test_dytc_learns_the_recorded_drafts_apart() -> None:
+    policy = DyTCPolicy(["bad", "good"], DyTCConfig(warmup=2))
+    records = [_recorded([1, 2, 3])] * 6
+    run = replay(records, COSTS, policy=policy)
+    assert run.tokens == {"g": 60}
+    assert policy.alpha["good"].alpha > 0.9 and policy.alpha["bad"].alpha < 0.3
+
+
+def test_record_reads_each_level_as_a_draft_reads_it_in_decoding() -> None:
+    model = random_init_(Transformer(tiny_llama(vocab_size=32)).to(torch.float64), seed=3)
+    prompt = [3, 5, 7, 9]
+    answer = list(generate_ar(model, prompt, 8).tokens)
+    target = ExecutionPlan(name="same")  # the identity plan: a draft that is the target
+    skip = ExecutionPlan(skip_mlp=frozenset({1}), name="skip")
+    rec = record(model, prompt, answer, [target, skip])
+    assert [row[0] for row in rec.drafts["same"][0]] == answer  # row i predicts answer[i]
+    assert [row[0] for row in rec.target[0]] == answer
+    # Row r of the skip level is that plan's forward over token P + r - 1 alone, on the target's
+    # K/V of the tokens before it (what a draft's first forward of a step reads).
+    tokens = prompt + answer
+    for r in (0, 3, 7):
+        cache = KVCache(model.config, 32, torch.float64)
+        with torch.no_grad():
+            model.forward(torch.tensor([tokens[: len(prompt) + r - 1]]), cache=cache)
+            fed = torch.tensor([[tokens[len(prompt) + r - 1]]])
+            logits = model.forward(fed, cache=cache, plan=skip)[0, -1]
+        assert rec.drafts["skip"][0][r][0] == int(logits.argmax())
+        probs = torch.softmax(logits, -1)
+        assert rec.drafts["skip"][1][r][0] == pytest.approx(float(probs.max()), abs=1e-5)
+    with pytest.raises(ValueError, match="greedy continuation"):
+        record(model, prompt, [(t + 1) % 32 for t in answer], [skip])
