@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from casspec_ref.dsia.prompt_lookup import PromptLookup
+from casspec_ref.dsia.recycle import TokenRecycler
 from casspec_ref.dytc import PLD, RECYCLE, DyTCPolicy, outcome_name
 from casspec_ref.tools.teacher_forced import TeacherForced
 
@@ -39,7 +40,6 @@ LOOKUP_SECONDS = 2e-5  # one prompt lookup or recycled-token walk (measured: 10-
 DRAFT_TOP = 3  # alternatives kept per draft position (DyTC's default `siblings`)
 TARGET_TOP = 4  # successors the recycled-token table keeps (`TokenRecycler` width)
 Grown = list[tuple[int, int, float | None]]  # (node, parent, confidence) per added node
-Table = dict[int, tuple[list[int], list[float]]]  # recycled tokens: token -> successors, probs
 
 
 @dataclass
@@ -96,7 +96,7 @@ class ReplayDrafter:
     ``index[n]`` (the root: the last committed token)."""
 
     def __init__(self, rec: Recorded, committed: int, pld: PromptLookup,
-                 recycler: Table, costs: Costs,
+                 recycler: TokenRecycler, costs: Costs,
                  max_nodes: int, max_depth: int) -> None:  # fmt: skip
         self.rec, self.pld, self.recycler, self.costs = rec, pld, recycler, costs
         self.max_nodes, self.max_depth = max_nodes, max_depth
@@ -156,24 +156,18 @@ class ReplayDrafter:
         self._charge(PLD, LOOKUP_SECONDS)
         return self.pld.propose_after(self._path(node), k)
 
-    def _walk(self, token: int, k: int) -> list[tuple[int, float]]:
-        out: list[tuple[int, float]] = []
-        while len(out) < k and token in self.recycler:
-            ids, probs = self.recycler[token]
-            token = ids[0]
-            out.append((token, probs[0]))
-        return out
-
     def offers(self, node: int, draft: str) -> int:
         if draft == PLD:
             if node not in self._lookups:
                 self._lookups[node] = self.lookup(node, self.room(node))
             return len(self._lookups[node])
-        return len(self._walk(self.tokens[node], self.room(node))) if draft == RECYCLE else 0
+        if draft == RECYCLE:
+            return len(self.recycler.chain(self.tokens[node], self.room(node)))
+        return 0
 
     def alternatives(self, node: int, draft: str, width: int) -> list[float]:
         if draft == RECYCLE:
-            return list(self.recycler.get(self.tokens[node], ([], []))[1][:width])
+            return [p for _, p in self.recycler.alternatives(self.tokens[node], width)]
         return self.predictions(draft, node)[1][:width]
 
     def add_chain(self, node: int, tokens: Sequence[int], source: str) -> list[int]:
@@ -199,14 +193,13 @@ class ReplayDrafter:
             return [(n, self.parent[n], None) for n in self.add_chain(node, tokens[:k], PLD)]
         if draft == RECYCLE:
             self._charge(RECYCLE, LOOKUP_SECONDS)
-            ids, probs = self.recycler.get(self.tokens[node], ([], []))
-            first = list(zip(ids[:width], probs[:width], strict=True))[: max(0, self.room(node))]
+            first = self.recycler.alternatives(self.tokens[node], width)[: self.room(node)]
             if not first:
                 return []
             kids: Grown = [
                 (self._add(node, t, RECYCLE, j == 0), node, p) for j, (t, p) in enumerate(first)
             ]
-            walk = self._walk(first[0][0], k - 1)
+            walk = self.recycler.chain(first[0][0], k - 1)
             chain = self.add_chain(kids[0][0], [t for t, _ in walk], RECYCLE)
             return (
                 kids[:1] + [(n, self.parent[n], walk[i][1]) for i, n in enumerate(chain)] + kids[1:]
@@ -298,7 +291,7 @@ def replay(records: Sequence[Recorded], costs: Costs, schedule: Schedule | None 
     out = Replayed({}, {})
     for rec in records:
         seconds, committed, n = 0.0, 1, len(rec.answer)  # the prefill's token is not counted
-        pld, recycler = PromptLookup([*rec.prompt, rec.answer[0]]), Table()
+        pld, recycler = PromptLookup([*rec.prompt, rec.answer[0]]), TokenRecycler(TARGET_TOP)
         while committed < n:
             d = ReplayDrafter(rec, committed, pld, recycler, costs, 32 if policy else 64,
                               n - committed - 1)  # fmt: skip
@@ -317,7 +310,7 @@ def replay(records: Sequence[Recorded], costs: Costs, schedule: Schedule | None 
                 policy.observe_step(tested, d.size(), verify, d.charged)
             for node in [0, *accepted]:  # what the target predicted on the accepted path
                 row = min(d.index[node] + 1, n - 1)
-                recycler[d.tokens[node]] = (rec.target[0][row], rec.target[1][row])
+                recycler.successors[d.tokens[node]] = (rec.target[0][row], rec.target[1][row])
             new = [d.tokens[node] for node in accepted]
             bonus = d.index[accepted[-1] if accepted else 0] + 1
             for token in new + rec.answer[bonus : bonus + 1]:
