@@ -212,7 +212,8 @@ def test_first_draft_timing_is_discarded() -> None:
 
 
 def test_one_early_rejection_does_not_switch_a_costly_draft_off() -> None:
-    # A draft at half a plain step's cost pays on this curve only above an estimate of ~0.8.
+    # A draft at half a plain step's cost pays on this curve only above an estimate of ~0.55
+    # (on the project's CPU the int8 draft needs ~0.8).
     # Its two timing probes gave one rejection: a plain mean with the prior 0.6 says 0.53,
     # and DyTC would never draft it again; the warm-up estimate still counts the 18 outcomes
     # to come as accepted, so the draft is used and its own outcomes decide.
