@@ -27,17 +27,11 @@ from typing import Any
 
 import torch
 
+from casspec_ref.baselines import ScheduleOptions
+from casspec_ref.dsia.prompt_lookup import PromptLookupConfig
 from casspec_ref.dytc import DyTCPolicy
-from casspec_ref.tools.replay import (
-    Costs,
-    Recorded,
-    Replayed,
-    chain_schedule,
-    lookup_or_chain_schedule,
-    lookup_schedule,
-    record,
-    replay,
-)
+from casspec_ref.schedules import SCHEDULES, ScheduleSpec
+from casspec_ref.tools.replay import Costs, Recorded, Replayed, record, replay
 
 SETS = {"bundled": "prompts", "heldout": "prompts_heldout"}
 
@@ -111,13 +105,18 @@ def do_replay(args: argparse.Namespace) -> None:
     costs = Costs({int(t): s for t, s in raw["verify"].items()}, raw["draft"],
                   args.draft_overhead, args.step_overhead)  # fmt: skip
     levels = list(records[0].drafts)
-    top = levels[-1]  # the most accurate level (hierarchies are ordered cheapest first)
+
+    def baseline(method: str, k: int) -> Any:  # the bench's schedule for ``method:k``
+        options = ScheduleOptions(chain_k=k) if method != "pld" else None
+        return SCHEDULES[method](ScheduleSpec(levels, 0, options=options))  # n_layers: unread
+
     runs: dict[str, Replayed] = {"ar": replay(records, costs)}
     for k in (2, 3, 4, 5, 6, 8):
-        runs[f"pld:{k}"] = replay(records, costs, lookup_schedule(k))
+        lookup = PromptLookupConfig(max_proposal=k)
+        runs[f"pld:{k}"] = replay(records, costs, baseline("pld", k), lookup=lookup)
     for k in (2, 3, 4, 5, 6):
-        runs[f"chain:{k}"] = replay(records, costs, chain_schedule(top, k))
-        runs[f"pld-or-chain:{k}"] = replay(records, costs, lookup_or_chain_schedule(top, k))
+        for method in ("chain", "pld-or-chain"):
+            runs[f"{method}:{k}"] = replay(records, costs, baseline(method, k))
     for name in ["cas-spec", *args.variant]:
         fields = parse_variant(name) if "@" in name else {}
         policy = DyTCPolicy(levels, DyTCConfig(**fields))  # type: ignore[arg-type]

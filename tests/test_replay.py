@@ -7,31 +7,34 @@ import pytest
 import torch
 
 from casspec_ref.base.random_weights import random_init_
+from casspec_ref.baselines import ScheduleOptions
 from casspec_ref.config import tiny_llama
 from casspec_ref.dytc import DyTCConfig, DyTCPolicy
 from casspec_ref.generate import generate_ar
 from casspec_ref.kv_cache import KVCache
 from casspec_ref.model import Transformer
 from casspec_ref.plan import ExecutionPlan
-from casspec_ref.tools.replay import (
-    Costs,
-    Recorded,
-    chain_schedule,
-    lookup_or_chain_schedule,
-    record,
-    replay,
-)
+from casspec_ref.schedules import SCHEDULES, Schedule, ScheduleSpec
+from casspec_ref.tools.replay import Costs, Recorded, record, replay
 
 ANSWER = list(range(10, 21))  # 11 tokens: the first comes from the prefill, 10 are decoded
 COSTS = Costs({1: 1.0, 2: 1.25, 3: 1.5, 4: 1.75, 5: 2.0}, {"good": 0.2, "bad": 0.2}, 0.05, 0.1)
 
 
-def _recorded(prompt: list[int]) -> Recorded:
-    """Row i predicts answer[i]: "good" always right, "bad" never."""
+def _recorded(prompt: list[int], top: str = "good") -> Recorded:
+    """Row i predicts answer[i]: "good" always right, "bad" never; `top` is the most accurate
+    level (recorded last), the one a chain drafts with."""
     good = ([[t, 0, 1] for t in ANSWER], [[0.9, 0.05, 0.05]] * len(ANSWER))
     bad = ([[999, 0, 1]] * len(ANSWER), [[0.9, 0.05, 0.05]] * len(ANSWER))
     target = ([[t, 0, 1, 2] for t in ANSWER], [[0.7, 0.1, 0.1, 0.1]] * len(ANSWER))
-    return Recorded("g", prompt, ANSWER, {"bad": bad, "good": good}, target)
+    drafts = {"bad": bad, "good": good} if top == "good" else {"good": good, "bad": bad}
+    return Recorded("g", prompt, ANSWER, drafts, target)
+
+
+def _baseline(method: str, chain_k: int, lookup_k: int = 5) -> Schedule:
+    """The package's own schedule, as the bench builds it."""
+    options = ScheduleOptions(chain_k=chain_k, lookup_k=lookup_k)
+    return SCHEDULES[method](ScheduleSpec(["bad", "good"], 0, options=options))
 
 
 def test_the_naive_loop_pays_one_forward_per_decoded_token() -> None:
@@ -41,7 +44,7 @@ def test_the_naive_loop_pays_one_forward_per_decoded_token() -> None:
 
 
 def test_a_right_chain_commits_k_plus_one_tokens_a_step_at_its_cost() -> None:
-    run = replay([_recorded([1, 2, 3])], COSTS, chain_schedule("good", 3))
+    run = replay([_recorded([1, 2, 3])], COSTS, _baseline("chain", 3))
     # Steps commit 4, 4, then 2 (the answer's end limits the last chain to one token):
     # 7 draft calls, verify forwards over 4, 4 and 2 tokens, 3 step overheads.
     assert run.steps == 3
@@ -49,14 +52,15 @@ def test_a_right_chain_commits_k_plus_one_tokens_a_step_at_its_cost() -> None:
 
 
 def test_a_wrong_chain_commits_one_token_a_step() -> None:
-    run = replay([_recorded([1, 2, 3])], COSTS, chain_schedule("bad", 3))
+    run = replay([_recorded([1, 2, 3], top="bad")], COSTS, _baseline("chain", 3))
     assert run.steps == 10  # every draft rejected: only the target's own token each step
 
 
 def test_lookup_or_chain_takes_the_lookup_where_the_prompt_holds_the_answer() -> None:
-    copied = replay([_recorded([*ANSWER, 5])], COSTS, lookup_or_chain_schedule("bad", 3, 4))
+    rule = _baseline("pld-or-chain", 3, lookup_k=4)
+    copied = replay([_recorded([*ANSWER, 5], top="bad")], COSTS, rule)
     assert copied.steps == 2  # the lookup copies the answer: 5 tokens a step, then the rest
-    fresh = replay([_recorded([1, 2, 3])], COSTS, lookup_or_chain_schedule("good", 3, 4))
+    fresh = replay([_recorded([1, 2, 3])], COSTS, rule)
     assert fresh.steps == 3  # nothing to look up: the chain, as above
 
 

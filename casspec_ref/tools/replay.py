@@ -25,15 +25,16 @@ and draft tokens below a rejected one (never tested, so only their count matters
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from casspec_ref.dsia.prompt_lookup import PromptLookup
+from casspec_ref.dsia.prompt_lookup import PromptLookup, PromptLookupConfig
 from casspec_ref.dsia.recycle import TokenRecycler
 from casspec_ref.dytc import PLD, RECYCLE, DyTCPolicy, outcome_name
+from casspec_ref.schedules import Schedule
 from casspec_ref.tools.teacher_forced import TeacherForced
 
 LOOKUP_SECONDS = 2e-5  # one prompt lookup or recycled-token walk (measured: 10-30 us)
@@ -100,6 +101,7 @@ class ReplayDrafter:
                  max_nodes: int, max_depth: int) -> None:  # fmt: skip
         self.rec, self.pld, self.recycler, self.costs = rec, pld, recycler, costs
         self.max_nodes, self.max_depth = max_nodes, max_depth
+        self.levels = list(rec.drafts)  # cheapest first, as recorded
         self.tokens, self.index = [rec.answer[committed - 1]], [committed - 1]
         self.parent, self.depth, self.source, self.primary = [-1], [0], ["root"], [True]
         self.children: list[list[int]] = [[]]
@@ -179,7 +181,7 @@ class ReplayDrafter:
             added.append(node)
         return added
 
-    def propose(self, level: str, node: int, count: int) -> list[tuple[int, float]]:
+    def propose_children(self, level: str, node: int, count: int) -> list[tuple[int, float]]:
         """Up to `count` children of `node` from `level` (greedy: its top tokens)."""
         count = min(count, self.max_nodes - self.size())
         if count < 1 or self.room(node) < 1:
@@ -204,10 +206,10 @@ class ReplayDrafter:
             return (
                 kids[:1] + [(n, self.parent[n], walk[i][1]) for i, n in enumerate(chain)] + kids[1:]
             )
-        first = self.propose(draft, node, width)
+        first = self.propose_children(draft, node, width)
         grown: Grown = [(c, node, p) for c, p in first[:1]]
         while grown and len(grown) < k:
-            nxt = self.propose(draft, grown[-1][0], 1)
+            nxt = self.propose_children(draft, grown[-1][0], 1)
             if not nxt:
                 break
             grown.append((nxt[0][0], grown[-1][0], nxt[0][1]))
@@ -234,46 +236,6 @@ class ReplayDrafter:
             node = nxt
 
 
-Schedule = Callable[[ReplayDrafter], None]
-
-
-def lookup_schedule(k: int) -> Schedule:
-    """Prompt lookup alone, at most `k` tokens (the bench's ``pld:K``)."""
-
-    def build(d: ReplayDrafter) -> None:
-        if d.max_depth >= 1:
-            d.add_chain(0, d.lookup(0, k), PLD)
-
-    return build
-
-
-def chain_schedule(level: str, k: int) -> Schedule:
-    """A chain of `k` tokens of `level` (the bench's ``chain:K``)."""
-
-    def build(d: ReplayDrafter) -> None:
-        node = 0
-        for _ in range(k):
-            children = d.propose(level, node, 1)
-            if not children:
-                return
-            node = children[0][0]
-
-    return build
-
-
-def lookup_or_chain_schedule(level: str, k: int, lookup_k: int = 5) -> Schedule:
-    """Prompt lookup when it proposes, else a chain (the bench's ``pld-or-chain:K``)."""
-    chain = chain_schedule(level, k)
-
-    def build(d: ReplayDrafter) -> None:
-        if tokens := d.lookup(0, lookup_k) if d.max_depth >= 1 else []:
-            d.add_chain(0, tokens, PLD)
-        else:
-            chain(d)
-
-    return build
-
-
 @dataclass
 class Replayed:
     """One method's replay over questions: seconds, steps and tokens, per category."""
@@ -284,14 +246,18 @@ class Replayed:
 
 
 def replay(records: Sequence[Recorded], costs: Costs, schedule: Schedule | None = None,
-           policy: DyTCPolicy | None = None) -> Replayed:  # fmt: skip
-    """Decode every recorded answer again with `schedule` (a fixed rule), or with DyTC's
-    `policy` (its estimates carried across questions, as the bench carries them), or neither
-    (the naive loop: one forward per token)."""
+           policy: DyTCPolicy | None = None,
+           lookup: PromptLookupConfig | None = None) -> Replayed:  # fmt: skip
+    """Decode every recorded answer again with `schedule` (one of the package's fixed
+    schedules, `casspec_ref.schedules.SCHEDULES`, growing a `ReplayDrafter` through the same
+    primitives it calls on a `StepDrafter`), or with DyTC's `policy` (its estimates carried
+    across questions, as the bench carries them), or neither (the naive loop: one forward per
+    token). `lookup`: prompt lookup's configuration (``pld:K`` sets its ``max_proposal``)."""
     out = Replayed({}, {})
     for rec in records:
         seconds, committed, n = 0.0, 1, len(rec.answer)  # the prefill's token is not counted
-        pld, recycler = PromptLookup([*rec.prompt, rec.answer[0]]), TokenRecycler(TARGET_TOP)
+        pld = PromptLookup([*rec.prompt, rec.answer[0]], lookup)
+        recycler = TokenRecycler(TARGET_TOP)
         while committed < n:
             d = ReplayDrafter(rec, committed, pld, recycler, costs, 32 if policy else 64,
                               n - committed - 1)  # fmt: skip
@@ -301,8 +267,8 @@ def replay(records: Sequence[Recorded], costs: Costs, schedule: Schedule | None 
                     policy.verify_cost.observe(size, costs.verify_seconds(size))
             elif policy is not None:
                 policy.grow(d, [*rec.drafts, PLD, RECYCLE])
-            elif schedule is not None:
-                schedule(d)
+            elif schedule is not None and d.max_depth > 0:  # as `speculative.draft_tree`
+                schedule.build(d)  # type: ignore[arg-type]  # the primitives it calls are here
             thinking = time.perf_counter() - start if policy is not None else 0.0
             accepted, tested = d.verify()
             verify = costs.verify_seconds(d.size())
