@@ -6,10 +6,11 @@ more than a forward over one token (docs/method.md §7). On a memory-bound CPU e
 all the weights once, so the floor for any T is (fp32 weight bytes) / (memory bandwidth). This
 script measures, on SmolLM2-135M (the embedded GGUF, or ``--random-weights``):
 
-- the cost of ``model.forward`` over T = 1, 2, 3, 4, 6, 8, 12, 16 new tokens after 256 cached
-  tokens (causal), median of ``--repeats`` (7), with every linear in plain ``F.linear``
-  ("before") and with the table calibrated by `casspec_ref.accel.kernel_table` ("after"), the
-  two interleaved in every repeat so that load on a shared machine hits both alike;
+- the cost of ``model.forward`` over T = 1, 2, 3, 4, 6, 8, 12, 16, 24, 32 new tokens after 256
+  cached tokens (causal), and of the 256-token prefill itself, median of ``--repeats`` (7), with
+  every linear in plain ``F.linear`` ("before") and with the table calibrated by
+  `casspec_ref.accel.kernel_table` ("after"; above 16 rows, its row classes), the two
+  interleaved in every repeat so that load on a shared machine hits both alike;
 - the read bandwidth (median of 7 sums over a 512 MiB buffer) and the floor it implies;
 - with ``--ar N``: greedy `generate_ar` of N tokens on one prompt, before and after (fp32).
 
@@ -36,7 +37,7 @@ from casspec_ref.generate import generate_ar
 from casspec_ref.kv_cache import KVCache
 from casspec_ref.model import Transformer
 
-SIZES = (1, 2, 3, 4, 6, 8, 12, 16)
+SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
 CONTEXT = 256
 PROMPT = "Explain in a few sentences why the sky is blue."
 
@@ -68,14 +69,16 @@ def read_bandwidth(repeats: int = 7, mib: int = 512) -> float:
 def forward_curve(
     model: Transformer, tables: dict[str, kernels.KernelTable], repeats: int
 ) -> dict[str, dict[int, float]]:
-    """Median ms of one forward over T new tokens after `CONTEXT` cached, per table."""
+    """Median ms of one forward over T new tokens after `CONTEXT` cached, per table; key
+    ``-CONTEXT``: the prefill of those `CONTEXT` tokens (an empty cache, last logits only)."""
     c = model.config
     gen = torch.Generator().manual_seed(0)
     context = torch.randint(0, c.vocab_size, (1, CONTEXT), generator=gen)
     cache = KVCache(c, CONTEXT + max(SIZES), model.tok_emb.weight.dtype)
     model(context, cache=cache, last_only=True)
     new = torch.randint(0, c.vocab_size, (1, max(SIZES)), generator=gen)
-    samples: dict[str, dict[int, list[float]]] = {n: {t: [] for t in SIZES} for n in tables}
+    sizes = (*SIZES, -CONTEXT)
+    samples: dict[str, dict[int, list[float]]] = {n: {t: [] for t in sizes} for n in tables}
     for table in tables.values():  # warm-up: one forward per size and table
         kernels.use_table(table)
         for t in SIZES:
@@ -89,6 +92,10 @@ def forward_curve(
                 model(new[:, :t], cache=cache)
                 samples[name][t].append((time.perf_counter() - start) * 1e3)
                 cache.truncate(CONTEXT)
+            cache.truncate(0)
+            start = time.perf_counter()
+            model(context, cache=cache, last_only=True)
+            samples[name][-CONTEXT].append((time.perf_counter() - start) * 1e3)
     return {n: {t: statistics.median(s) for t, s in per.items()} for n, per in samples.items()}
 
 
@@ -140,6 +147,11 @@ def main() -> None:
     for name, row in curve.items():
         print(f"{name:>8} " + " ".join(f"{row[t]:7.1f}" for t in SIZES))
         print(f"{'x T=1':>8} " + " ".join(f"{row[t] / row[1]:7.2f}" for t in SIZES))
+    prefill = {name: row[-CONTEXT] for name, row in curve.items()}
+    print(
+        f"prefill of {CONTEXT} tokens (ms): "
+        + ", ".join(f"{n} {v:.1f}" for n, v in prefill.items())
+    )
     print(
         f"\nweights {weight_bytes / 1e6:.0f} MB, read bandwidth {bandwidth / 1e9:.1f} GB/s, "
         f"floor {floor_ms:.1f} ms; T=1 after / floor = {curve['after'][1] / floor_ms:.2f}"

@@ -32,10 +32,30 @@ def test_bad_settings_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
         kernel_table.kernel_mode()
     with pytest.raises(ValueError, match="max_rows"):
         kernel_table.calibrate([(4, 4)], max_rows=17)
+    with pytest.raises(ValueError, match="classes must be among"):
+        kernel_table.calibrate([(4, 4)], classes=(64,))
     with pytest.raises(ValueError, match="repeats"):
         kernel_table.calibrate([(4, 4)], repeats=0)
     with pytest.raises(ValueError, match="margin"):
         kernel_table.calibrate([(4, 4)], margin=1.0)
+
+
+def test_calibration_times_every_row_count_and_each_class_of_larger_ones() -> None:
+    # A real (tiny) measurement: what is timed and kept, not which form wins (noise decides).
+    table = kernel_table.calibrate([(8, 8)], max_rows=2, classes=(32,), repeats=1, stream_bytes=0)
+    rows = sorted(r for _, _, _, r in table.forms)
+    assert rows == [1, 2, 32]
+    names = {str(f) for f in kernels.base_forms(torch.float32)}
+    assert set(table.timings_us[(8, 8, torch.float32, 32)]) == names  # base forms, no padding
+    assert table.forms[(8, 8, torch.float32, 32)].pad_to == 0
+    # The class entry is what 17..32 rows read; more rows read the last class (not measured
+    # here: the default form).
+    kernels.use_table(KernelTable({(8, 8, torch.float32, 32): Form("wxt")}))
+    assert [kernels.active_table().form_for(8, 8, torch.float32, r) for r in (17, 32)] == [
+        Form("wxt")
+    ] * 2
+    assert kernels.active_table().form_for(8, 8, torch.float32, 33) == Form("linear")
+    assert "<=32" in kernel_table.format_table(table)
 
 
 def test_choice_keeps_the_default_unless_another_form_wins_by_the_margin() -> None:

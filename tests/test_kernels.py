@@ -75,6 +75,14 @@ def test_float32_forms_agree_within_rounding() -> None:
             torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-4)
 
 
+def test_row_counts_above_the_table_share_an_entry_per_class() -> None:
+    assert [kernels.table_rows(r) for r in (1, 16)] == [1, 16]
+    assert [kernels.table_rows(r) for r in (17, 32, 33, 128, 129, 512, 4096)] == [
+        32, 32, 128, 128, 512, 512, 512
+    ]  # fmt: skip
+    assert kernels.ROW_CLASSES[0] > kernels.MAX_ROWS
+
+
 def test_exact_linear_reads_the_active_table(monkeypatch: pytest.MonkeyPatch) -> None:
     used: list[tuple[str, int]] = []
     real_run_form = kernels.run_form
@@ -96,6 +104,9 @@ def test_exact_linear_reads_the_active_table(monkeypatch: pytest.MonkeyPatch) ->
     assert used == [("wxt@4", 3)]
     kernels.exact_linear(torch.randn(1, 1, 24).bfloat16(), torch.randn(40, 24).bfloat16(), None)
     assert used == [("wxt@4", 3), ("wxt@2", 1)]  # on the CPU: the measured bf16 default
+    kernels.use_table(KernelTable({(40, 24, torch.float32, 128): Form("split")}))
+    kernels.exact_linear(torch.randn(100, 24), w, None)  # 100 rows: the class of 33..128
+    assert used[-1] == ("split", 100)
     assert kernels.active_table().form_for(40, 24, torch.float32, 2) == Form("linear")
     assert kernels.active_table().form_for(40, 24, torch.bfloat16, 1) == Form("wxt", 2)
 

@@ -4,14 +4,15 @@
 one per (weight shape, dtype, rows). This module decides what goes into that table on this
 machine.
 
-The table is measured, not assumed (`calibrate`): for each weight shape and row count 1..16,
-the base forms are timed in interleaved repeats (so a burst of load on a shared machine hits
-every form alike), cycling through enough copies of the weight that each call reads it from
-memory as a real forward does; the median call decides (robust to calls another process
-preempted), and a non-default form must beat the default by a margin. A row count whose cheapest
-base cost is beaten by a larger row count's is then timed padded to that count, and keeps the
-padding only if it wins by the margin too (re-timed if it costs far more than the row count it
-pads to did: a stall, not a cost).
+The table is measured, not assumed (`calibrate`): for each weight shape and row count 1..16
+(and each class of larger row counts, `ROW_CLASSES`, at its own size), the base forms are timed
+in interleaved repeats (so a burst of load on a shared machine hits every form alike), cycling
+through enough copies of the weight that each call reads it from memory as a real forward does;
+the median call decides (robust to calls another process preempted), and a non-default form
+must beat the default by a margin. A row count whose cheapest base cost is beaten by a larger
+row count's is then timed padded to that count, and keeps the padding only if it wins by the
+margin too (re-timed if it costs far more than the row count it pads to did: a stall, not a
+cost).
 
 The result is cached as JSON under ``~/.cache/casspec_ref/`` (or ``$XDG_CACHE_HOME``), one file
 per (torch version, CPU model, thread count), so a machine calibrates once. The environment
@@ -39,6 +40,7 @@ import torch
 from casspec_ref.base.kernels import (
     BASE_FORMS,
     MAX_ROWS,
+    ROW_CLASSES,
     Form,
     KernelTable,
     Key,
@@ -51,8 +53,9 @@ from casspec_ref.base.kernels import (
 #: A non-default form must be at least this much faster (relative) than the one it replaces.
 DEFAULT_MARGIN = 0.10
 #: The way tables are measured; part of the cache key, so a table measured an older way is
-#: measured again (2: weight copies stream past the last-level cache, `stream_bytes_default`).
-CALIBRATION = "2"
+#: measured again (2: weight copies stream past the last-level cache, `stream_bytes_default`;
+#: 3: row counts above 16 are measured by class, `ROW_CLASSES`).
+CALIBRATION = "3"
 #: Accepted values of the ``CASSPEC_KERNELS`` environment variable.
 MODES = ("auto", "calibrate", "default")
 ENV_VAR = "CASSPEC_KERNELS"
@@ -112,17 +115,20 @@ def _sort_key(key: Key) -> tuple[str, int, int, int]:
 
 
 def format_table(table: KernelTable) -> str:
-    """One line per weight shape: the form chosen for each row count (``·`` = default)."""
+    """One line per weight shape: the form chosen for each row count (``·`` = default); a
+    column ``<=N`` is a class of larger row counts (`ROW_CLASSES`)."""
     lines = []
     shapes = {(o, i, d) for o, i, d, _ in table.forms}
+    columns = [*range(1, MAX_ROWS + 1), *ROW_CLASSES]
     for o, i, d in sorted(shapes, key=lambda s: (str(s[2]), s[0], s[1])):
         cells = []
-        for r in range(1, MAX_ROWS + 1):
+        for r in columns:
             form = table.form_for(o, i, d, r)
             cells.append("·" if form == default_form(d, r) else str(form))
         name = str(d).removeprefix("torch.")
         lines.append(f"{o:>6}x{i:<5} {name:<8} " + " ".join(f"{c:>8}" for c in cells))
-    header = f"{'shape':<12} {'dtype':<8} " + " ".join(f"{r:>8}" for r in range(1, MAX_ROWS + 1))
+    labels = [str(r) if r <= MAX_ROWS else f"<={r}" for r in columns]
+    header = f"{'shape':<12} {'dtype':<8} " + " ".join(f"{r:>8}" for r in labels)
     return "\n".join([header, *lines])
 
 
@@ -199,13 +205,16 @@ def calibrate(
     dtype: torch.dtype = torch.float32,
     *,
     max_rows: int = MAX_ROWS,
+    classes: Iterable[int] = ROW_CLASSES,
     repeats: int = 7,
     margin: float = DEFAULT_MARGIN,
     stream_bytes: int | None = None,
     max_copies: int = 1024,
     retries: int = 2,
 ) -> MeasuredTable:
-    """Time the exact forms for each ``(out, in)`` weight shape and rows 1..``max_rows``.
+    """Time the exact forms for each ``(out, in)`` weight shape and rows 1..``max_rows``, and
+    at each row count of ``classes`` (`ROW_CLASSES`: the entries of larger products; base forms
+    only, no padding).
 
     ``stream_bytes``: the weight is replicated until the copies total at least this much (at
     most ``max_copies``), and each timed sample runs once over all copies, so the weight comes
@@ -219,6 +228,9 @@ def calibrate(
         stream_bytes = stream_bytes_default()
     if not 1 <= max_rows <= MAX_ROWS:
         raise ValueError(f"max_rows must be in 1..{MAX_ROWS}, got {max_rows}")
+    classes = sorted(set(classes))
+    if any(c not in ROW_CLASSES for c in classes):
+        raise ValueError(f"classes must be among ROW_CLASSES {ROW_CLASSES}, got {classes}")
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     if not 0 <= margin < 1:
@@ -253,6 +265,10 @@ def calibrate(
                 timings[n].update({f"{padded}": check[str(padded)]})
                 if check[str(padded)] < (1 - margin) * check[str(chosen[n])]:
                     chosen[n] = padded
+            for c in classes:  # larger products: longer calls, steadier; half the repeats
+                xc = torch.randn(c, in_f, generator=gen).to(dtype)
+                timings[c] = _time_forms(forms, weights, xc, max(1, repeats // 2))
+            chosen |= choose_forms({c: timings[c] for c in classes}, dtype, margin)
             for r, form in chosen.items():
                 key = (out_f, in_f, dtype, r)
                 table.forms[key] = form

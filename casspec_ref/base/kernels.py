@@ -37,8 +37,12 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-#: The most rows a table entry covers; larger batches use the default form.
+#: The most rows a table entry covers one by one (and the most a form pads to).
 MAX_ROWS = 16
+#: Larger row counts share an entry per class: the smallest class at or above them (the last for
+#: anything larger), timed at the class's own size. A tree of 17-32 nodes and a prompt's prefill
+#: then run in a measured form too (F.linear was measured 2-4x slower than oneDNN's there).
+ROW_CLASSES = (32, 128, 512)
 #: The base products a form can use (padding is added on top of one).
 BASE_FORMS = ("linear", "wxt", "split", "packed")
 #: The dtypes oneDNN's packed inner product takes.
@@ -46,6 +50,14 @@ PACKED_DTYPES = (torch.float32, torch.bfloat16)
 
 #: (out, in, dtype, rows) -> form; what `exact_linear` consults.
 Key = tuple[int, int, torch.dtype, int]
+
+
+def table_rows(rows: int) -> int:
+    """The row count of the table entry for a product over ``rows`` rows: ``rows`` itself up to
+    `MAX_ROWS`, else its class in `ROW_CLASSES`."""
+    if rows <= MAX_ROWS:
+        return rows
+    return next((c for c in ROW_CLASSES if rows <= c), ROW_CLASSES[-1])
 
 
 @dataclass(frozen=True)
@@ -163,7 +175,7 @@ class KernelTable:
     forms: dict[Key, Form] = field(default_factory=dict)
 
     def form_for(self, out_features: int, in_features: int, dtype: torch.dtype, rows: int) -> Form:
-        form = self.forms.get((out_features, in_features, dtype, rows))
+        form = self.forms.get((out_features, in_features, dtype, table_rows(rows)))
         return default_form(dtype, rows) if form is None else form
 
 
@@ -192,7 +204,7 @@ def exact_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
         ``(..., out)``.
     """
     rows = x.numel() // x.shape[-1]
-    form = _ACTIVE.forms.get((weight.shape[0], weight.shape[1], x.dtype, rows))
+    form = _ACTIVE.forms.get((weight.shape[0], weight.shape[1], x.dtype, table_rows(rows)))
     if form is None:
         # The defaults were measured on CPUs. On a GPU a small model's forward waits for the
         # host to launch kernels, and F.linear is one launch where a padded form is four.
