@@ -1,20 +1,25 @@
 """DyTC and the fixed schedules replayed on recorded acceptances (`casspec_ref.tools.replay`).
 
 Scope: a bench run is one noisy path of each adaptive policy; this script compares policies on
-the same recorded truth, with no timing noise. Two steps:
+the same recorded truth, with no timing noise. Three commands:
 
 - ``record``: greedy answers of a prompt set's first turns (`generate_ar`), each draft level's
   and the target's top tokens along them, and this machine's costs (one target forward over
-  T = 1..32 new tokens after 256 cached, each level's one-token forward; medians), to a JSON file;
+  T = 1..32 new tokens after 256 cached, each level's one-token forward; medians of 15 passes
+  over all of them), to a JSON file;
+- ``recost``: measures the costs again into a record (the answers stay): the ratios a replay
+  prints move with them, so two records compared should carry costs measured alike;
 - ``replay``: decodes every answer again with no model, for the naive loop, ``pld:K``,
   ``chain:K``, ``pld-or-chain:K`` and DyTC (``cas-spec``, and any ``--variant
   cas-spec@FIELD=VALUE,...`` of `DyTCConfig`), and prints each one's speedup over the naive loop,
-  overall and per group. The overheads decoding adds to the measured forwards are options
-  (defaults: 1 ms per draft call, 3 ms per speculative step, read off this machine's bench).
+  overall and per group, beside the hindsight bound (`casspec_ref.tools.replay.hindsight`: the
+  least time of any schedule of chains that knew the answer). The overheads decoding adds to the
+  measured forwards are options (defaults: 1 ms per draft call, 3 ms per speculative step, read
+  off this machine's bench).
 
 Run: ``OMP_NUM_THREADS=2 python benchmarks/dytc_replay.py record --questions heldout --out
 h.json`` (about 3 minutes), then ``python benchmarks/dytc_replay.py replay h.json`` (about 10
-seconds per DyTC variant). Numbers and their reading: docs/benchmarks.md (stop 16).
+seconds per DyTC variant). Numbers and their reading: docs/benchmarks.md (stops 16 and 17).
 """
 
 from __future__ import annotations
@@ -31,33 +36,37 @@ from casspec_ref.baselines import ScheduleOptions
 from casspec_ref.dsia.prompt_lookup import PromptLookupConfig
 from casspec_ref.dytc import DyTCPolicy
 from casspec_ref.schedules import SCHEDULES, ScheduleSpec
-from casspec_ref.tools.replay import Costs, Recorded, Replayed, record, replay
+from casspec_ref.tools.replay import Costs, Recorded, Replayed, hindsight, record, replay
 
 SETS = {"bundled": "prompts", "heldout": "prompts_heldout"}
 
 
-def measure_costs(model: Any, levels: list[Any], cached: int = 256) -> dict[str, Any]:
+def measure_costs(
+    model: Any, levels: list[Any], cached: int = 256, repeats: int = 15
+) -> dict[str, Any]:
     """Median seconds of a target forward over T = 1..32 tokens and of each level's one-token
-    forward, after `cached` tokens (two untimed forwards first: one-time setup)."""
+    forward, after `cached` tokens: every size and level once per pass, `repeats` passes (a burst
+    of load on a shared machine then hits every size alike, not the few timed during it), after
+    one untimed pass (one-time setup)."""
     from casspec_ref.kv_cache import KVCache
 
     cfg = model.config
     cache = KVCache(cfg, cached + 40, next(model.parameters()).dtype, "cpu")
-
-    def timed(tokens: int, plan: Any = None, repeats: int = 9) -> float:
-        times = []
-        for _ in range(repeats + 2):
-            x = torch.randint(0, cfg.vocab_size, (1, tokens))
-            start = time.perf_counter()
-            model.forward(x, cache=cache, plan=plan)
-            times.append(time.perf_counter() - start)
-            cache.truncate(cached)
-        return statistics.median(times[2:])
-
+    jobs = [(t, None) for t in range(1, 33)] + [(1, plan) for plan in levels]
+    times: dict[int, list[float]] = {j: [] for j in range(len(jobs))}
     with torch.no_grad():
         model.forward(torch.randint(0, cfg.vocab_size, (1, cached)), cache=cache)
-        verify = {t: timed(t) for t in range(1, 33)}
-        draft = {plan.name: timed(1, plan, 15) for plan in levels}
+        for rep in range(repeats + 1):
+            for j, (tokens, plan) in enumerate(jobs):
+                x = torch.randint(0, cfg.vocab_size, (1, tokens))
+                start = time.perf_counter()
+                model.forward(x, cache=cache, plan=plan)
+                if rep:
+                    times[j].append(time.perf_counter() - start)
+                cache.truncate(cached)
+    median = {j: statistics.median(t) for j, t in times.items()}
+    verify = {t: median[j] for j, (t, plan) in enumerate(jobs) if plan is None}
+    draft = {plan.name: median[j] for j, (_, plan) in enumerate(jobs) if plan is not None}
     return {"verify": verify, "draft": draft}
 
 
@@ -81,6 +90,21 @@ def do_record(args: argparse.Namespace) -> None:
     with open(args.out, "w") as f:
         json.dump({"questions": args.questions, "records": records, "costs": costs}, f)
     print(f"wrote {args.out}")
+
+
+def do_recost(args: argparse.Namespace) -> None:
+    """Measure this machine's costs again into an existing record (answers untouched)."""
+    from casspec_ref.io.weights import load_model
+    from casspec_ref.speculative import default_drafts
+
+    model, _ = load_model()
+    with open(args.record) as f:
+        data = json.load(f)
+    data["costs"] = measure_costs(model, list(default_drafts(model)))
+    with open(args.record, "w") as f:
+        json.dump(data, f)
+    ms = {t: round(s * 1e3, 1) for t, s in data["costs"]["verify"].items() if t in (1, 2, 4, 8, 16)}
+    print(f"wrote the costs of {args.record}: verify (ms) {ms}")
 
 
 def parse_variant(text: str) -> dict[str, float | int]:
@@ -123,6 +147,13 @@ def do_replay(args: argparse.Namespace) -> None:
         runs[name] = replay(records, costs, policy=policy)
         alphas = ", ".join(f"{d} {e.alpha:.2f} ({e.count})" for d, e in policy.alpha.items())
         print(f"{name}: final estimates (outcomes): {alphas}")
+    bound = Replayed({}, {})  # no policy: the least time of any schedule of chains, in hindsight
+    kinds: dict[str, int] = {}
+    for rec in records:
+        seconds, steps = hindsight(rec, costs)
+        bound.seconds[rec.category] = bound.seconds.get(rec.category, 0.0) + seconds
+        for kind, count in steps.items():
+            kinds[kind] = kinds.get(kind, 0) + count
     ar = runs["ar"]
     groups = list(ar.seconds)
     print(
@@ -136,6 +167,10 @@ def do_replay(args: argparse.Namespace) -> None:
         per = " ".join(f"{ar.seconds[g] / run.seconds[g]:9.3f}" for g in groups)
         mark = "  <- best fixed" if name == best_fixed else ""
         print(f"{name:34s} {overall:8.3f} {per}{mark}")
+    overall = sum(ar.seconds.values()) / sum(bound.seconds.values())
+    per = " ".join(f"{ar.seconds[g] / bound.seconds[g]:9.3f}" for g in groups)
+    print(f"{'hindsight (knows the answer)':34s} {overall:8.3f} {per}")
+    print(f"hindsight's steps by kind: {dict(sorted(kinds.items(), key=lambda kv: -kv[1]))}")
 
 
 def main() -> None:
@@ -145,13 +180,15 @@ def main() -> None:
     rec.add_argument("--questions", choices=sorted(SETS), default="heldout")
     rec.add_argument("--max-new-tokens", type=int, default=128)
     rec.add_argument("--out", required=True)
+    cost = sub.add_parser("recost", help="measure this machine's costs again into a record")
+    cost.add_argument("record")
     rep = sub.add_parser("replay", help="replay the schedules on a record")
     rep.add_argument("record")
     rep.add_argument("--variant", action="append", default=[], help="cas-spec@FIELD=VALUE,...")
     rep.add_argument("--draft-overhead", type=float, default=1e-3, help="seconds per draft call")
     rep.add_argument("--step-overhead", type=float, default=3e-3, help="seconds per step")
     args = parser.parse_args()
-    do_record(args) if args.command == "record" else do_replay(args)
+    {"record": do_record, "recost": do_recost, "replay": do_replay}[args.command](args)
 
 
 if __name__ == "__main__":

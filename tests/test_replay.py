@@ -9,13 +9,14 @@ import torch
 from casspec_ref.base.random_weights import random_init_
 from casspec_ref.baselines import ScheduleOptions
 from casspec_ref.config import tiny_llama
+from casspec_ref.dsia.prompt_lookup import PromptLookupConfig
 from casspec_ref.dytc import DyTCConfig, DyTCPolicy
 from casspec_ref.generate import generate_ar
 from casspec_ref.kv_cache import KVCache
 from casspec_ref.model import Transformer
 from casspec_ref.plan import ExecutionPlan
 from casspec_ref.schedules import SCHEDULES, Schedule, ScheduleSpec
-from casspec_ref.tools.replay import Costs, Recorded, record, replay
+from casspec_ref.tools.replay import LOOKUP_SECONDS, Costs, Recorded, hindsight, record, replay
 
 ANSWER = list(range(10, 21))  # 11 tokens: the first comes from the prefill, 10 are decoded
 COSTS = Costs({1: 1.0, 2: 1.25, 3: 1.5, 4: 1.75, 5: 2.0}, {"good": 0.2, "bad": 0.2}, 0.05, 0.1)
@@ -70,6 +71,55 @@ def test_dytc_learns_the_recorded_drafts_apart() -> None:
     run = replay(records, COSTS, policy=policy)
     assert run.tokens == {"g": 60}
     assert policy.alpha["good"].alpha > 0.9 and policy.alpha["bad"].alpha < 0.3
+    # It learned what decoding lets it time: a draft call's forward (not its bookkeeping), a
+    # step's verify with the step's overhead (some size seen often enough to have converged).
+    assert policy.draft_cost["good"].predict(1) == pytest.approx(0.2)
+    with_overhead = {t: COSTS.verify_seconds(t) + COSTS.step_overhead for t in range(1, 33)}
+    learned = policy.verify_cost.seconds
+    assert any(abs(s - with_overhead[t]) < 1e-3 for t, s in learned.items())
+    assert all(s <= with_overhead[t] + 1e-9 for t, s in learned.items())
+
+
+def test_hindsight_is_the_cheapest_path_worked_by_hand() -> None:
+    # Nothing right to draft (the bad level alone, nothing to look up): one forward per token.
+    bad = _recorded([1, 2, 3])
+    bad.drafts.pop("good")
+    assert hindsight(bad, COSTS) == (pytest.approx(10.0), {"plain": 10})
+    # The good level: one chain of all 9 tokens before the last (COSTS clamps a forward over more
+    # than 5 tokens to 5's cost), 9 calls.
+    seconds, kinds = hindsight(_recorded([1, 2, 3]), COSTS)
+    assert kinds == {"good": 1} and seconds == pytest.approx(9 * 0.25 + 2.0 + 0.1)
+    # The prompt holds the answer: one lookup copies it, no draft call.
+    copied = _recorded([*ANSWER, 5])
+    copied.drafts.pop("good")
+    seconds, kinds = hindsight(copied, COSTS)
+    assert kinds == {"pld": 1} and seconds == pytest.approx(LOOKUP_SECONDS + 2.0 + 0.1)
+    # The prompt holds the next three (then a wrong one): the lookup's 3, the level's other 6.
+    seconds, kinds = hindsight(_recorded([9, 10, 11, 12, 13, 99]), COSTS)
+    assert kinds == {"pld+good": 1} and seconds == pytest.approx(LOOKUP_SECONDS + 1.5 + 2.0 + 0.1)
+
+
+def test_no_fixed_schedule_of_chains_beats_hindsight() -> None:
+    costs = Costs({1: 1.0, 2: 1.3, 3: 1.2, 4: 1.9, 5: 1.6, 6: 2.4}, {"good": 0.3, "bad": 0.1})
+    half = [t if i % 3 else 999 for i, t in enumerate(ANSWER)]  # a level wrong every third token
+    records = [
+        _recorded([1, 2, 3]),
+        _recorded([*ANSWER[:6], 7, *ANSWER[4:]], top="bad"),  # the lookup is right in places
+        Recorded("g", [5, *ANSWER[:3]], ANSWER, {"good": ([[t, 0, 1] for t in half],
+                 [[0.5, 0.2, 0.2]] * len(ANSWER))}, ([[t] for t in ANSWER], [[1.0]] * len(ANSWER))),
+    ]  # fmt: skip
+    for rec in records:
+        bound, _ = hindsight(rec, costs)
+        top = list(rec.drafts)[-1]
+        for method, k in [("chain", 2), ("chain", 4), ("pld-or-chain", 3), ("pld-or-chain", 5)]:
+            spec = ScheduleSpec(list(rec.drafts), 0, options=ScheduleOptions(chain_k=k, lookup_k=k))
+            run = replay([rec], costs, SCHEDULES[method](spec))
+            assert bound <= run.seconds["g"] + 1e-12, (method, k, top)
+        for k in (2, 3, 5, 8):
+            pld = replay([rec], costs, SCHEDULES["pld"](ScheduleSpec(list(rec.drafts), 0)),
+                         lookup=PromptLookupConfig(max_proposal=k))  # fmt: skip
+            assert bound <= pld.seconds["g"] + 1e-12, k
+        assert bound <= replay([rec], costs).seconds["g"]
 
 
 def test_record_reads_each_level_as_a_draft_reads_it_in_decoding() -> None:

@@ -17,9 +17,15 @@ one-token forward. It then decodes every question again with no model: a schedul
 through `ReplayDrafter` (a `casspec_ref.dytc.TreeDrafter`), the recorded answer verifies them,
 and the clock is the measured costs, plus a per-call overhead for a draft forward and a per-step
 overhead for a speculative step (both measured in decoding, stated by the caller), plus the real
-Python time of DyTC's own decisions. Same answer, same costs, one path per policy: two policies'
-ratios differ only by what they decided. What a replay does not model: sampling, timing noise,
-and draft tokens below a rejected one (never tested, so only their count matters).
+Python time of DyTC's own decisions. DyTC learns what decoding lets it time: a step's verify
+forward with the step's overhead (the verifier and the cache commit are timed with it), a draft
+call's forward without the bookkeeping around it. Same answer, same costs, one path per policy:
+two policies' ratios differ only by what they decided. What a replay does not model: sampling,
+timing noise, and draft tokens below a rejected one (never tested, so only their count matters).
+
+`hindsight` is the other end: the least time in which any schedule of chains could decode a
+record if it knew the answer (a shortest path over answer positions), the bound no policy
+beats and the measure of what not knowing costs.
 """
 
 from __future__ import annotations
@@ -105,7 +111,8 @@ class ReplayDrafter:
         self.tokens, self.index = [rec.answer[committed - 1]], [committed - 1]
         self.parent, self.depth, self.source, self.primary = [-1], [0], ["root"], [True]
         self.children: list[list[int]] = [[]]
-        self.charged: dict[str, tuple[int, float]] = {}  # per draft: (calls, seconds)
+        self.charged: dict[str, tuple[int, float]] = {}  # per draft: (calls, forward seconds)
+        self.bookkeeping = 0.0  # seconds around the draft calls (not charged to a draft)
         self._lookups: dict[int, list[int]] = {}
         self._fed: set[tuple[str, int]] = set()  # (level, node): one forward each
 
@@ -136,7 +143,8 @@ class ReplayDrafter:
         """The level's top tokens after `node` (one forward, charged once per node)."""
         if (level, node) not in self._fed:
             self._fed.add((level, node))
-            self._charge(level, self.costs.draft[level] + self.costs.draft_overhead)
+            self._charge(level, self.costs.draft[level])
+            self.bookkeeping += self.costs.draft_overhead
         ids, probs = self.rec.drafts[level]
         row = min(self.index[node] + 1, len(ids) - 1)  # row i predicts answer[i]; past the end
         return ids[row], probs[row]  # of the answer a node is never tested
@@ -272,8 +280,8 @@ def replay(records: Sequence[Recorded], costs: Costs, schedule: Schedule | None 
             thinking = time.perf_counter() - start if policy is not None else 0.0
             accepted, tested = d.verify()
             verify = costs.verify_seconds(d.size())
-            if policy is not None:
-                policy.observe_step(tested, d.size(), verify, d.charged)
+            if policy is not None:  # as decoding times a step's verify: forward, verifier, commit
+                policy.observe_step(tested, d.size(), verify + costs.step_overhead, d.charged)
             for node in [0, *accepted]:  # what the target predicted on the accepted path
                 row = min(d.index[node] + 1, n - 1)
                 recycler.successors[d.tokens[node]] = (rec.target[0][row], rec.target[1][row])
@@ -283,8 +291,67 @@ def replay(records: Sequence[Recorded], costs: Costs, schedule: Schedule | None 
                 pld.append(token)
             committed += len(new) + 1
             speculative = schedule is not None or policy is not None
-            seconds += verify + d.seconds() + thinking + speculative * costs.step_overhead
+            drafting = d.seconds() + d.bookkeeping + thinking
+            seconds += verify + drafting + speculative * costs.step_overhead
             out.steps += 1
         out.seconds[rec.category] = out.seconds.get(rec.category, 0.0) + seconds
         out.tokens[rec.category] = out.tokens.get(rec.category, 0) + n - 1
     return out
+
+
+def hindsight(
+    rec: Recorded, costs: Costs, lookup: PromptLookupConfig | None = None
+) -> tuple[float, dict[str, int]]:
+    """The least seconds in which any schedule of chains could decode `rec` if it knew the
+    answer, and its steps by kind (``plain``, ``pld``, a level's name, ``pld+`` a level's name).
+
+    A shortest path over answer positions: from each, either one plain forward, or one chain (up
+    to 16 tokens of prompt lookup's proposal, or a level's greedy tokens, or lookup's and then a
+    level's) cut exactly before its first rejected token, verified by the cheapest forward of at
+    least its size (a tree padded with rejected nodes costs that much or more), with the same
+    costs and overheads as `replay`. Every fixed schedule of chains (``pld:K`` for K <= 16,
+    ``chain:K``, ``pld-or-chain:K``) takes at least this long on the same record: how far a
+    policy is from it is what not knowing the answer costs it, and what no policy can win."""
+    n, top = len(rec.answer), max(costs.verify)
+    pld = PromptLookup([*rec.prompt, rec.answer[0]], lookup or PromptLookupConfig(max_proposal=16))
+    proposals: list[list[int]] = [[] for _ in range(n)]  # [p]: the proposal after answer[:p]
+    for p in range(1, n):
+        proposals[p] = pld.propose()
+        pld.append(rec.answer[p])
+    padded = {t: min(costs.verify_seconds(u) for u in range(t, max(t, top) + 1))
+              for t in range(1, n + 1)}  # fmt: skip
+
+    def agreeing(tokens: Sequence[int], start: int) -> int:
+        """How many of `tokens`, placed from answer index `start` on, are the answer's."""
+        count = 0
+        while (
+            count < len(tokens) and start + count < n and tokens[count] == rec.answer[start + count]
+        ):
+            count += 1
+        return count
+
+    greedy = {level: [row[0] for row in ids] for level, (ids, _) in rec.drafts.items()}
+    best: list[tuple[float, str, int]] = [(0.0, "", 0)] * (n + 1)  # (seconds to the end, step)
+    for p in range(n - 1, 0, -1):
+        room = n - p - 1  # the last step's bonus token is the answer's last
+        options = [(padded[1] + best[p + 1][0], "plain", 0)]
+        looked = min(agreeing(proposals[p], p), room)
+        step = costs.step_overhead
+        for j in range(1, looked + 1):
+            options.append((LOOKUP_SECONDS + padded[j + 1] + step + best[p + j + 1][0], PLD, j))
+        for level, tokens in greedy.items():
+            call = costs.draft[level] + costs.draft_overhead
+            for j in range(0, looked + 1):  # j lookup tokens first, then the level's
+                right = min(agreeing(tokens[p + j :], p + j), room - j)
+                first = LOOKUP_SECONDS if j else 0.0
+                for k in range(1, right + 1):
+                    seconds = first + k * call + padded[j + k + 1] + step + best[p + j + k + 1][0]
+                    options.append((seconds, f"{PLD}+{level}" if j else level, j + k))
+        best[p] = min(options)
+    kinds: dict[str, int] = {}
+    p = 1
+    while p < n:
+        _, kind, drafted = best[p]
+        kinds[kind] = kinds.get(kind, 0) + 1
+        p += drafted + 1
+    return best[1][0], kinds
