@@ -126,6 +126,9 @@ def do_replay(args: argparse.Namespace) -> None:
         data = json.load(f)
     records = [Recorded(**r) for r in data["records"]]
     raw = data["costs"]
+    if args.costs_from:  # another record's costs: two records replayed on one machine state
+        with open(args.costs_from) as f:
+            raw = json.load(f)["costs"]
     costs = Costs({int(t): s for t, s in raw["verify"].items()}, raw["draft"],
                   args.draft_overhead, args.step_overhead)  # fmt: skip
     levels = list(records[0].drafts)
@@ -184,6 +187,7 @@ def main() -> None:
     cost.add_argument("record")
     rep = sub.add_parser("replay", help="replay the schedules on a record")
     rep.add_argument("record")
+    rep.add_argument("--costs-from", default=None, help="a record whose costs to replay with")
     rep.add_argument("--variant", action="append", default=[], help="cas-spec@FIELD=VALUE,...")
     rep.add_argument("--draft-overhead", type=float, default=1e-3, help="seconds per draft call")
     rep.add_argument("--step-overhead", type=float, default=3e-3, help="seconds per step")

@@ -42,6 +42,17 @@ def test_the_naive_loop_pays_one_forward_per_decoded_token() -> None:
     run = replay([_recorded([1, 2, 3])], COSTS)
     assert run.steps == 10 and run.tokens == {"g": 10}
     assert run.seconds["g"] == pytest.approx(10 * 1.0)
+    twice = replay([_recorded([1, 2, 3])] * 2, COSTS)  # a group's questions add up
+    assert twice.steps == 20 and twice.tokens == {"g": 20}
+    assert twice.seconds["g"] == pytest.approx(20 * 1.0)
+
+
+def test_pld_k_looks_up_k_tokens() -> None:
+    copied = _recorded([*ANSWER, 5], top="bad")
+    pld = SCHEDULES["pld"](ScheduleSpec(["bad", "good"], 0))
+    assert replay([copied], COSTS, pld).steps == 1  # the default proposal (10) covers it all
+    short = replay([copied], COSTS, pld, lookup=PromptLookupConfig(max_proposal=2))
+    assert short.steps == 4  # 3 tokens a step (2 looked up, 1 the target's): 3, 3, 3, 1
 
 
 def test_a_right_chain_commits_k_plus_one_tokens_a_step_at_its_cost() -> None:
@@ -70,6 +81,7 @@ def test_dytc_learns_the_recorded_drafts_apart() -> None:
     records = [_recorded([1, 2, 3])] * 6
     run = replay(records, COSTS, policy=policy)
     assert run.tokens == {"g": 60}
+    assert 60 * 0.3 < run.seconds["g"] < 60 * 1.0  # its own Python time is in, and small
     assert policy.alpha["good"].alpha > 0.9 and policy.alpha["bad"].alpha < 0.3
     # It learned what decoding lets it time: a draft call's forward (not its bookkeeping), a
     # step's verify with the step's overhead (some size seen often enough to have converged).
@@ -97,6 +109,33 @@ def test_hindsight_is_the_cheapest_path_worked_by_hand() -> None:
     # The prompt holds the next three (then a wrong one): the lookup's 3, the level's other 6.
     seconds, kinds = hindsight(_recorded([9, 10, 11, 12, 13, 99]), COSTS)
     assert kinds == {"pld+good": 1} and seconds == pytest.approx(LOOKUP_SECONDS + 1.5 + 2.0 + 0.1)
+
+
+def _one_level(prompt: list[int], answer: list[int], right: list[bool]) -> Recorded:
+    """A record with one level, "good" (as COSTS knows it), whose greedy token at answer index i
+    is right iff ``right[i]``."""
+    ids = [[t if ok else 999, 0, 1] for t, ok in zip(answer, right, strict=True)]
+    probs = [[0.9, 0.05, 0.05]] * len(answer)
+    target = ([[t] for t in answer], [[1.0]] * len(answer))
+    return Recorded("g", prompt, answer, {"good": (ids, probs)}, target)
+
+
+def test_hindsight_takes_the_shortest_steps_that_pay() -> None:
+    wrong = [False] * len(ANSWER)
+    # A lookup right for one token, at the first position only (answer tokens never repeat).
+    seconds, kinds = hindsight(_one_level([10, 11, 99], ANSWER, wrong), COSTS)
+    assert kinds == {"pld": 1, "plain": 8}
+    assert seconds == pytest.approx(LOOKUP_SECONDS + 1.25 + 0.1 + 8 * 1.0)
+    # A level right at every odd answer index: a one-token chain from each odd position.
+    odd = [i % 2 == 1 for i in range(len(ANSWER))]
+    assert hindsight(_one_level([1, 2, 3], ANSWER, odd), COSTS) == (
+        pytest.approx(5 * (0.25 + 1.25 + 0.1)),
+        {"good": 5},
+    )
+    # The whole answer in the prompt: lookups of 16 tokens (17 committed a step), then one plain.
+    long = list(range(100, 136))
+    _, kinds = hindsight(_one_level([*long, 5], long, [False] * 36), COSTS)
+    assert kinds == {"pld": 2, "plain": 1}
 
 
 def test_no_fixed_schedule_of_chains_beats_hindsight() -> None:

@@ -40,8 +40,8 @@ import torch.nn.functional as F
 #: The most rows a table entry covers one by one (and the most a form pads to).
 MAX_ROWS = 16
 #: Larger row counts share an entry per class: the smallest class at or above them (the last for
-#: anything larger), timed at the class's own size. A tree of 17-32 nodes and a prompt's prefill
-#: then run in a measured form too (F.linear was measured 2-4x slower than oneDNN's there).
+#: anything larger), timed at the class's own size: a tree of 17-32 nodes and a prompt's prefill
+#: run in a measured form too, not in the default (docs/design.md, `model.py`).
 ROW_CLASSES = (32, 128, 512)
 #: The base products a form can use (padding is added on top of one).
 BASE_FORMS = ("linear", "wxt", "split", "packed")

@@ -24,8 +24,8 @@ two policies' ratios differ only by what they decided. What a replay does not mo
 timing noise, and draft tokens below a rejected one (never tested, so only their count matters).
 
 `hindsight` is the other end: the least time in which any schedule of chains could decode a
-record if it knew the answer (a shortest path over answer positions), the bound no policy
-beats and the measure of what not knowing costs.
+record if it knew the answer (a shortest path over answer positions); how far a policy is from
+it measures what not knowing the answer costs.
 """
 
 from __future__ import annotations
@@ -310,8 +310,8 @@ def hindsight(
     level's) cut exactly before its first rejected token, verified by the cheapest forward of at
     least its size (a tree padded with rejected nodes costs that much or more), with the same
     costs and overheads as `replay`. Every fixed schedule of chains (``pld:K`` for K <= 16,
-    ``chain:K``, ``pld-or-chain:K``) takes at least this long on the same record: how far a
-    policy is from it is what not knowing the answer costs it, and what no policy can win."""
+    ``chain:K``, ``pld-or-chain:K``) takes at least this long on the same record; how far a
+    policy is from it is what not knowing the answer costs that policy."""
     n, top = len(rec.answer), max(costs.verify)
     pld = PromptLookup([*rec.prompt, rec.answer[0]], lookup or PromptLookupConfig(max_proposal=16))
     proposals: list[list[int]] = [[] for _ in range(n)]  # [p]: the proposal after answer[:p]
