@@ -48,8 +48,8 @@ def test_calibration_times_every_row_count_and_each_class_of_larger_ones() -> No
     names = {str(f) for f in kernels.base_forms(torch.float32)}
     assert set(table.timings_us[(8, 8, torch.float32, 32)]) == names  # base forms, no padding
     assert table.forms[(8, 8, torch.float32, 32)].pad_to == 0
-    # The class entry is what 17..32 rows read; more rows read the last class (not measured
-    # here: the default form).
+    # The class entry is what 17..32 rows read; 33 rows read the class up to 128, which this
+    # table lacks: the default form.
     kernels.use_table(KernelTable({(8, 8, torch.float32, 32): Form("wxt")}))
     assert [kernels.active_table().form_for(8, 8, torch.float32, r) for r in (17, 32)] == [
         Form("wxt")
