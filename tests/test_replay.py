@@ -9,14 +9,23 @@ import torch
 from casspec_ref.base.random_weights import random_init_
 from casspec_ref.baselines import ScheduleOptions
 from casspec_ref.config import tiny_llama
-from casspec_ref.dsia.prompt_lookup import PromptLookupConfig
-from casspec_ref.dytc import DyTCConfig, DyTCPolicy
+from casspec_ref.dsia.prompt_lookup import PromptLookup, PromptLookupConfig
+from casspec_ref.dsia.recycle import TokenRecycler
+from casspec_ref.dytc import PLD, RECYCLE, DyTCConfig, DyTCPolicy
 from casspec_ref.generate import generate_ar
 from casspec_ref.kv_cache import KVCache
 from casspec_ref.model import Transformer
 from casspec_ref.plan import ExecutionPlan
 from casspec_ref.schedules import SCHEDULES, Schedule, ScheduleSpec
-from casspec_ref.tools.replay import LOOKUP_SECONDS, Costs, Recorded, hindsight, record, replay
+from casspec_ref.tools.replay import (
+    LOOKUP_SECONDS,
+    Costs,
+    Recorded,
+    ReplayDrafter,
+    hindsight,
+    record,
+    replay,
+)
 
 ANSWER = list(range(10, 21))  # 11 tokens: the first comes from the prefill, 10 are decoded
 COSTS = Costs({1: 1.0, 2: 1.25, 3: 1.5, 4: 1.75, 5: 2.0}, {"good": 0.2, "bad": 0.2}, 0.05, 0.1)
@@ -90,6 +99,70 @@ def test_dytc_learns_the_recorded_drafts_apart() -> None:
     learned = policy.verify_cost.seconds
     assert any(abs(s - with_overhead[t]) < 1e-3 for t, s in learned.items())
     assert all(s <= with_overhead[t] + 1e-9 for t, s in learned.items())
+
+
+def _drafter(rec: Recorded, committed: int, recycler: TokenRecycler | None = None,
+             max_nodes: int = 32, max_depth: int = 16) -> ReplayDrafter:  # fmt: skip
+    pld = PromptLookup([*rec.prompt, *rec.answer[:committed]])
+    return ReplayDrafter(rec, committed, pld, recycler or TokenRecycler(4), COSTS, max_nodes,
+                         max_depth)  # fmt: skip
+
+
+def test_replay_drafter_grows_a_level_chain_with_siblings_and_verifies_it() -> None:
+    # The good level's top-3 after answer index i are (answer[i + 1], 0, 1) at (0.9, 0.05, 0.05).
+    d = _drafter(_recorded([1, 2, 3]), committed=2)  # root: answer[1] = 11, at index 1
+    grown = d.expand(0, "good", 3, 2)
+    # Both children of the root first (12, and the runner-up 0), then the chain on: 13, 14.
+    assert grown == [(1, 0, 0.9), (3, 1, 0.9), (4, 3, 0.9), (2, 0, 0.05)]
+    assert d.tokens == [11, 12, 0, 13, 14] and d.index == [1, 2, 2, 3, 4]
+    assert d.primary == [True, True, False, True, True] and d.depth == [0, 1, 1, 2, 3]
+    assert d.size() == 5 and not d.is_leaf(0) and d.is_leaf(4) and d.room(4) == 13
+    assert d.charged["good"][0] == 3 and d.bookkeeping == pytest.approx(3 * 0.05)
+    assert d.seconds() == pytest.approx(0.6)
+    assert d.alternatives(4, "good", 2) == [0.9, 0.05]  # after node 4: a fourth forward
+    assert d.charged["good"][0] == 4
+    # Verified against the answer: the chain is accepted; the runner-up is never tested.
+    assert d.verify() == ([1, 3, 4], [("good", True)] * 3)
+    # The bad level: one rejected chain node, tested once; nothing accepted.
+    bad = _drafter(_recorded([1, 2, 3]), committed=2)
+    bad.expand(0, "bad", 2, 1)
+    assert bad.tokens == [11, 999, 999] and bad.verify() == ([], [("bad", False)])
+
+
+def test_replay_drafter_lookup_and_recycled_chains() -> None:
+    rec = _recorded([10, 11, 12, 13, 99])  # the prompt holds answer[0..3], then a wrong token
+    d = _drafter(rec, committed=1)  # root: 10; lookup proposes 11, 12, 13, 99, 10, ...
+    assert d.offers(0, PLD) == 5  # the context after the match: 11, 12, 13, 99, 10
+    grown = d.expand(0, PLD, 4, 3)  # a lookup is one chain, whatever the width
+    assert d.tokens[1:] == [11, 12, 13, 99]
+    assert [(parent, conf) for _, parent, conf in grown] == [(0, None), (1, None), (2, None),
+                                                               (3, None)]  # fmt: skip
+    assert d.verify() == ([1, 2, 3], [(PLD, True), (PLD + "+", True), (PLD + "+", True),
+                                      (PLD + "+", False)])  # fmt: skip
+    recycler = TokenRecycler(4)
+    recycler.successors = {10: ([11, 7], [0.6, 0.3]), 11: ([12], [0.8]), 12: ([98], [0.5])}
+    r = _drafter(rec, committed=1, recycler=recycler)
+    assert r.offers(0, RECYCLE) == 3  # the walk 11, 12, 98 (98 has no successors)
+    grown = r.expand(0, RECYCLE, 3, 2)
+    assert r.tokens == [10, 11, 7, 12, 98]  # the root's two successors, then the walk on
+    assert grown == [(1, 0, 0.6), (3, 1, 0.8), (4, 3, 0.5), (2, 0, 0.3)]
+    assert r.alternatives(0, RECYCLE, 2) == [0.6, 0.3]
+    assert r.verify() == ([1, 3], [(RECYCLE, True), (RECYCLE + "+", True), (RECYCLE + "+", False)])
+    # Without an `offers` first, a lookup of k; a lookup below drafted nodes reads their path
+    # (root 10, then 11, 12: the 2-token match "11 12" continues 13, 99).
+    k2 = _drafter(rec, committed=1)
+    k2.expand(0, PLD, 2, 1)
+    assert k2.tokens == [10, 11, 12]
+    assert k2.lookup(2, 3) == [13, 99, 10] and k2.lookup(1, 1) == [12]
+    # A recycled walk of k (k - 1 after the first child), one child at width 1.
+    recycler.successors |= {98: ([97], [0.4]), 97: ([96], [0.4])}
+    w1 = _drafter(rec, committed=1, recycler=recycler)
+    w1.expand(0, RECYCLE, 2, 1)
+    assert w1.tokens == [10, 11, 12]
+    # The node budget and the depth limit hold.
+    small = _drafter(rec, committed=1, max_nodes=3, max_depth=2)
+    small.expand(0, "good", 5, 3)
+    assert small.size() == 3 and max(small.depth) <= 2
 
 
 def test_hindsight_is_the_cheapest_path_worked_by_hand() -> None:
