@@ -129,8 +129,9 @@ def do_replay(args: argparse.Namespace) -> None:
     if args.costs_from:  # another record's costs: two records replayed on one machine state
         with open(args.costs_from) as f:
             raw = json.load(f)["costs"]
-    costs = Costs({int(t): s for t, s in raw["verify"].items()}, raw["draft"],
-                  args.draft_overhead, args.step_overhead)  # fmt: skip
+    costs = Costs.from_json(
+        raw, draft_overhead=args.draft_overhead, step_overhead=args.step_overhead
+    )
     levels = list(records[0].drafts)
 
     def baseline(method: str, k: int) -> Any:  # the bench's schedule for ``method:k``

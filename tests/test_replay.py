@@ -3,6 +3,8 @@ records, and its clock and verification worked by hand."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -54,6 +56,13 @@ def test_the_naive_loop_pays_one_forward_per_decoded_token() -> None:
     twice = replay([_recorded([1, 2, 3])] * 2, COSTS)  # a group's questions add up
     assert twice.steps == 20 and twice.tokens == {"g": 20}
     assert twice.seconds["g"] == pytest.approx(20 * 1.0)
+
+
+def test_costs_read_back_from_their_json() -> None:
+    stored = json.loads(json.dumps({"verify": {1: 0.02, 8: 0.03}, "draft": {"good": 0.01}}))
+    assert Costs.from_json(stored) == Costs({1: 0.02, 8: 0.03}, {"good": 0.01})
+    costs = Costs.from_json(stored, draft_overhead=0.5, step_overhead=0.25)
+    assert (costs.draft_overhead, costs.step_overhead, costs.verify_seconds(9)) == (0.5, 0.25, 0.03)
 
 
 def test_pld_k_looks_up_k_tokens() -> None:

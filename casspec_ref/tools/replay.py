@@ -75,6 +75,13 @@ class Costs:
     draft_overhead: float = 1e-3
     step_overhead: float = 3e-3
 
+    @classmethod
+    def from_json(cls, raw: dict[str, Any], **overheads: float) -> Costs:
+        """The costs a record keeps (``{"verify": {T: s}, "draft": {level: s}}``; JSON makes T a
+        string), with `overheads` (``draft_overhead``, ``step_overhead``) or the defaults."""
+        verify = {int(t): float(s) for t, s in raw["verify"].items()}
+        return cls(verify, {name: float(s) for name, s in raw["draft"].items()}, **overheads)
+
     def verify_seconds(self, tokens: int) -> float:
         return self.verify[min(tokens, max(self.verify))]
 
