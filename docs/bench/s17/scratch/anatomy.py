@@ -1,15 +1,12 @@
 """Replay step anatomy (scratch, stop 17): per kind of step (which drafts built the tree),
 steps, tokens committed, seconds, for DyTC and the rule pld-or-chain:5."""
-import json, sys, collections, time
+from common import load
+import sys, collections
 from casspec_ref.tools import replay as R
 from casspec_ref.dytc import DyTCPolicy
 from casspec_ref.baselines import ScheduleOptions
 from casspec_ref.schedules import SCHEDULES, ScheduleSpec
-data = json.load(open(sys.argv[1]))
-recs = [R.Recorded(**r) for r in data["records"]]
-raw = data["costs"]
-costs = R.Costs({int(t): s for t, s in raw["verify"].items()}, raw["draft"])
-levels = list(recs[0].drafts)
+recs, costs, levels = load(sys.argv[1])
 short = {levels[0]: "skip", levels[-1]: "int8", "pld": "pld", "recycle": "rec", "root": ""}
 stats = collections.defaultdict(lambda: [0, 0, 0.0, 0])
 orig = R.ReplayDrafter.verify

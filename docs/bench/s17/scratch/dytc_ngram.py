@@ -1,13 +1,10 @@
 """Replay (scratch, stop 17): DyTC with prompt lookup's 1-token matches off (min_ngram 2)."""
-import json, sys
+from common import load
+import sys
 from casspec_ref.tools import replay as R
 from casspec_ref.dsia.prompt_lookup import PromptLookupConfig
-from casspec_ref.dytc import DyTCPolicy, DyTCConfig
-data = json.load(open(sys.argv[1]))
-recs = [R.Recorded(**r) for r in data["records"]]
-raw = json.load(open(sys.argv[2]))["costs"]
-costs = R.Costs({int(t): s for t, s in raw["verify"].items()}, raw["draft"])
-levels = list(recs[0].drafts)
+from casspec_ref.dytc import DyTCPolicy
+recs, costs, levels = load(sys.argv[1], sys.argv[2])
 ar = R.replay(recs, costs)
 for name, look in [("cas-spec", None), ("cas-spec, lookup min_ngram 2", PromptLookupConfig(min_ngram=2)), ("cas-spec, lookup min_ngram 3", PromptLookupConfig(min_ngram=3))]:
     pol = DyTCPolicy(levels)

@@ -1,9 +1,10 @@
 """Stop 16's scratch (one lookup estimate per match length), on stop 17's replay."""
 
-import json, sys
-from casspec_ref.dytc import PLD, DyTCConfig, DyTCPolicy, AcceptanceEstimator, outcome_name
+import sys
+from common import load
+from casspec_ref.dytc import PLD, DyTCPolicy, AcceptanceEstimator
 import casspec_ref.tools.replay as rp
-from casspec_ref.tools.replay import Costs, Recorded, replay
+from casspec_ref.tools.replay import replay
 
 STATE = {"on": False, "drafter": None}
 
@@ -78,11 +79,7 @@ DyTCPolicy._record = _record
 
 
 for path in sys.argv[1:-1]:
-    data = json.load(open(path))
-    recs = [Recorded(**r) for r in data["records"]]
-    raw = json.load(open(sys.argv[-1]))["costs"]
-    costs = Costs({int(t): s for t, s in raw["verify"].items()}, raw["draft"])
-    levels = list(recs[0].drafts)
+    recs, costs, levels = load(path, sys.argv[-1])
     ar = sum(replay(recs, costs).seconds.values())
     res = {}
     for on in (False, True):

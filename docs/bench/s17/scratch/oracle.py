@@ -1,15 +1,13 @@
 """Hindsight optimum on a replay record: shortest total time to decode each answer when every
 step may pick any chain (prompt lookup, a draft level, lookup then a level; optionally top-w
 siblings per depth) truncated at its accepted length. Scratch harness (stop 17)."""
-import json, sys
+import sys
+from common import load
 from casspec_ref.dsia.prompt_lookup import PromptLookup, PromptLookupConfig
-from casspec_ref.tools.replay import Recorded, Costs, LOOKUP_SECONDS
+from casspec_ref.tools.replay import LOOKUP_SECONDS
 
-data = json.load(open(sys.argv[1]))
 widths = [int(w) for w in (sys.argv[2].split(",") if len(sys.argv) > 2 else ["1"])]
-recs = [Recorded(**r) for r in data["records"]]
-raw = data["costs"]
-costs = Costs({int(t): s for t, s in raw["verify"].items()}, raw["draft"])
+recs, costs, _ = load(sys.argv[1])
 V = costs.verify_seconds
 total_ar = total_or = 0.0
 usage = {}
@@ -58,5 +56,5 @@ for rec in recs:
         p += k + 1
     total_ar += (n - 1) * V(1)
     total_or += best[1]
-print(f"{data['questions']} widths {widths}: hindsight optimum speedup {total_ar / total_or:.3f}")
+print(f"{sys.argv[1]} widths {widths}: hindsight optimum speedup {total_ar / total_or:.3f}")
 print("steps by choice:", dict(sorted(usage.items(), key=lambda kv: -kv[1])))

@@ -1,14 +1,11 @@
 """Replay A/B (scratch, stop 17): an untested estimate relaxes toward the draft's long-run mean
 (prior as one pseudo-outcome) in both directions, instead of up toward the prior only."""
-import json, sys
+from common import load
+import sys
 from casspec_ref.tools import replay as R
 from casspec_ref import dytc
 from casspec_ref.dytc import DyTCPolicy, DyTCConfig
-data = json.load(open(sys.argv[1]))
-recs = [R.Recorded(**r) for r in data["records"]]
-raw = json.load(open(sys.argv[2]))["costs"]
-costs = R.Costs({int(t): s for t, s in raw["verify"].items()}, raw["draft"])
-levels = list(recs[0].drafts)
+recs, costs, levels = load(sys.argv[1], sys.argv[2])
 ar = R.replay(recs, costs)
 def run(name, **cfg):
     pol = DyTCPolicy(levels, DyTCConfig(**cfg))

@@ -1,6 +1,7 @@
 """Replay A/B (scratch, stop 17): an untested estimate relaxes toward 1 (optimism: a draft not
 tested for a while is tried again) instead of up toward the prior only (shipped)."""
-import json, sys
+from common import load
+import sys
 from casspec_ref.tools import replay as R
 from casspec_ref import dytc
 from casspec_ref.dytc import DyTCPolicy, DyTCConfig
@@ -8,11 +9,7 @@ shipped = dytc.AcceptanceEstimator.relax
 def optimistic(self, rate):
     self.alpha += rate * (1.0 - self.alpha)
 for path in sys.argv[1:-1]:
-    data = json.load(open(path))
-    recs = [R.Recorded(**r) for r in data["records"]]
-    raw = json.load(open(sys.argv[-1]))["costs"]
-    costs = R.Costs({int(t): s for t, s in raw["verify"].items()}, raw["draft"])
-    levels = list(recs[0].drafts)
+    recs, costs, levels = load(path, sys.argv[-1])
     ar = sum(R.replay(recs, costs).seconds.values())
     out = []
     for name, rule, rate in [("shipped", shipped, 0.02), ("to 1, 0.02", optimistic, 0.02), ("to 1, 0.01", optimistic, 0.01), ("to 1, 0.005", optimistic, 0.005)]:

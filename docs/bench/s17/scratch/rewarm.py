@@ -1,10 +1,9 @@
 """Replay A/B (scratch, stop 17): when DyTC re-probes a model draft whose timing went stale (not
 drafted for `explore_horizon` steps), its acceptance estimate starts a new optimistic warm-up."""
-import json, sys
-from functools import partial
+from common import load
+import sys
 from casspec_ref.tools import replay as R
-from casspec_ref import dytc
-from casspec_ref.dytc import DyTCPolicy, DyTCConfig, AcceptanceEstimator
+from casspec_ref.dytc import DyTCPolicy, AcceptanceEstimator
 orig_grow = DyTCPolicy.grow
 def grow(self, drafter, drafts):
     if self.ready():
@@ -14,11 +13,7 @@ def grow(self, drafter, drafts):
                 self.alpha[d] = AcceptanceEstimator(c.prior_alpha, weight=c.ema_weight, window=c.window, warmup=c.warmup)
     return orig_grow(self, drafter, drafts)
 for path in sys.argv[1:-1]:
-    data = json.load(open(path))
-    recs = [R.Recorded(**r) for r in data["records"]]
-    raw = json.load(open(sys.argv[-1]))["costs"]
-    costs = R.Costs({int(t): s for t, s in raw["verify"].items()}, raw["draft"])
-    levels = list(recs[0].drafts)
+    recs, costs, levels = load(path, sys.argv[-1])
     ar = sum(R.replay(recs, costs).seconds.values())
     out = []
     for name, g in (("shipped", orig_grow), ("re-warm-up", grow)):

@@ -1,12 +1,10 @@
 """Fixed rules replayed on the s16 records (scratch, stop 17): which cheap rule beats pld-or-chain?"""
-import json, sys
-from casspec_ref.tools.replay import Recorded, Costs, replay
+from common import load
+import sys
+from casspec_ref.tools.replay import replay
 from casspec_ref.dytc import PLD
 
-data = json.load(open(sys.argv[1]))
-recs = [Recorded(**r) for r in data["records"]]
-raw = json.load(open(sys.argv[2]))["costs"] if len(sys.argv) > 2 else data["costs"]
-costs = Costs({int(t): s for t, s in raw["verify"].items()}, raw["draft"])
+recs, costs, _ = load(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None)
 TOP = list(recs[0].drafts)[-1]
 
 class Rule:
