@@ -111,6 +111,41 @@ def test_exact_linear_reads_the_active_table(monkeypatch: pytest.MonkeyPatch) ->
     assert kernels.active_table().form_for(40, 24, torch.bfloat16, 1) == Form("wxt", 2)
 
 
+def test_one_row_split_shortcut_gives_run_forms_bits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`exact_linear` runs a one-row ``split`` without `run_form`; it must give `run_form`'s
+    exact bits (random float32, so any other operand layout or order shows in the rounding),
+    leave padded and many-row products to `run_form`, and still refuse an odd output count."""
+    gen = torch.Generator().manual_seed(5)
+    w, b = torch.randn(96, 64, generator=gen), torch.randn(96, generator=gen)
+    kernels.use_table(KernelTable({(96, 64, torch.float32, r): Form("split") for r in (1, 2)}))
+    for shape in ((64,), (1, 64), (1, 1, 64)):
+        x = torch.randn(shape, generator=gen)
+        for bias in (None, b):
+            want = kernels.run_form(Form("split"), x, w, bias)
+            got = kernels.exact_linear(x, w, bias)
+            assert got.shape == want.shape == (*shape[:-1], 96)
+            assert torch.equal(got, want), (shape, bias is None)
+    wide = torch.randn(1, 1, 128, generator=gen)[..., ::2]  # one row, not contiguous
+    calls: list[str] = []
+    real_run_form = kernels.run_form
+
+    def spy(form: Form, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+        calls.append(str(form))
+        return real_run_form(form, x, w, b)
+
+    monkeypatch.setattr(kernels, "run_form", spy)
+    kernels.exact_linear(torch.randn(1, 1, 64), w, None)
+    assert calls == []  # the shortcut
+    assert torch.equal(
+        kernels.exact_linear(wide, w, None), real_run_form(Form("split"), wide, w, None)
+    )
+    kernels.exact_linear(torch.randn(1, 2, 64), w, None)
+    assert calls == ["split", "split"]  # a strided row and two rows go through run_form
+    kernels.use_table(KernelTable({(41, 64, torch.float32, 1): Form("split")}))
+    with pytest.raises(ValueError, match="'split' needs an even number of outputs, got 41"):
+        kernels.exact_linear(torch.randn(1, 64), torch.randn(41, 64), None)
+
+
 def test_bad_forms_are_refused() -> None:
     for text in ("gemv", "wxt@1", "linear@17", "wxt@x", "@4", "split@0"):
         with pytest.raises(ValueError, match="kernel form"):

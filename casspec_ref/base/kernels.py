@@ -209,6 +209,32 @@ def exact_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
         # The defaults were measured on CPUs. On a GPU a small model's forward waits for the
         # host to launch kernels, and F.linear is one launch where a padded form is four.
         form = default_form(x.dtype, rows) if x.device.type == "cpu" else Form("linear")
+    return apply_form(form, x, weight, bias)
+
+
+def apply_form(
+    form: Form, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
+    """``x @ weight.T + bias`` in ``form`` as decoding asks for it (and calibration times it):
+    `run_form`, except for the two most frequent products, called directly: an unpadded
+    ``linear`` and a one-row ``split`` (the naive loop's every product)."""
     if form.base == "linear" and not form.pad_to:
         return F.linear(x, weight, bias)
+    if form.base == "split" and not form.pad_to and x.numel() == x.shape[-1] and x.is_contiguous():
+        return _split_one_row(x, weight, bias)
     return run_form(form, x, weight, bias)
+
+
+def _split_one_row(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
+    """`run_form`'s ``split`` for one contiguous row, without its general bookkeeping: the naive
+    loop's every product, where that bookkeeping costs ~4% of a forward (docs/benchmarks.md). The
+    same batched call on operands of the same layout (the row seen as a column of strides (1, in)
+    for both blocks), so the same bits (tested)."""
+    out_f, in_f = weight.shape
+    if out_f % 2:
+        return run_form(Form("split"), x, weight, bias)  # which refuses it
+    column = x.as_strided((2, in_f, 1), (0, 1, in_f), x.storage_offset())  # (2, in, 1), a view
+    out = torch.bmm(weight.view(2, out_f // 2, in_f), column).view(*x.shape[:-1], out_f)
+    return out if bias is None else out + bias
