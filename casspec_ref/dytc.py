@@ -55,7 +55,7 @@ class DyTCConfig:
     long_context_drop: bool = False  # one model level fewer above `long_context` tokens
     long_context: int = 512  # the context length that triggers `long_context_drop`
     cost_weight: float = 0.3  # the weight of a new timing in its size's running estimate
-    reexplore: float = 0.02  # per step untested, an estimate below its prior moves this far up
+    reexplore: float = 0.02  # per step untested, how far up an estimate moves (`relax`)
     explore_fraction: float = 0.02  # the most of the time spent exploring sizes (0 = never)
     explore_horizon: int = 128  # steps after which a size's timing is stale
     calibration_sizes: tuple[int, ...] = (2, 4, 8, 16)  # timed by scratch forwards first (or none)
@@ -94,10 +94,12 @@ class AcceptanceEstimator:
             self.alpha = (1.0 - self.weight) * self.alpha + self.weight * window_mean
 
     def relax(self, rate: float) -> None:
-        """A step without observations: an estimate below the prior moves `rate` of the way up
-        to it (a draft switched off is tried again); one above it is not pulled down (biased)."""
-        if self.alpha < self.prior:
-            self.alpha += rate * (self.prior - self.alpha)
+        """A step without observations: an estimate below the prior or the draft's long-run mean
+        moves `rate` of the way up to the higher one, so a draft switched off, or stuck below where
+        it pays after a bad stretch, is tried again; one above both is not pulled down (biased)."""
+        target = max(self.prior, (self.prior + self._sum) / (1.0 + self.count))
+        if self.alpha < target:
+            self.alpha += rate * (target - self.alpha)
 
 
 # ------------------------------------------------------------------ 2. the cost curve
