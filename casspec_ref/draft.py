@@ -72,6 +72,7 @@ class StepDrafter:
         self.info: list[NodeInfo] = [NodeInfo("root", True)]
         self.charged: dict[str, tuple[int, float]] = {}  # per draft: (calls, seconds)
         self._lookups: dict[int, list[int]] = {}
+        self._matched: dict[int, int] = {}  # node -> the length of lookup's match below it
         self._laws: dict[tuple[str, int], tuple[np.ndarray | None, np.ndarray]] = {}
 
     def size(self) -> int:
@@ -181,9 +182,14 @@ class StepDrafter:
     def lookup(self, node: int, k: int) -> list[int]:
         """Prompt lookup's proposal after the committed context and the path to `node`."""
         start = self.clock()
-        tokens = self.pld.propose_after(self.path_tokens(node)[1:], k)
+        found = self.pld.match(k, self.path_tokens(node)[1:])
+        self._matched[node] = found.ngram
         self.charge(PLD, start)
-        return tokens
+        return list(found.tokens)
+
+    def match(self, node: int) -> int:
+        """How long a context suffix prompt lookup matched below `node` (0: none, or no lookup)."""
+        return self._matched.get(node, 0)
 
     def add_chain(self, node: int, tokens: Sequence[int], source: str) -> list[int]:
         """Append fixed proposals (`DETERMINISTIC`) below `node`; returns the added nodes."""

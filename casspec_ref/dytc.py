@@ -29,10 +29,13 @@ RECYCLE = "recycle"  # the recycled-token draft (successors seen in earlier veri
 FREE_DRAFTS = (PLD, RECYCLE)  # drafts that cost no forward: looked up, not computed
 
 
-def outcome_name(draft: str, parent_draft: str) -> str:
+def outcome_name(draft: str, parent_draft: str, match: int = 0) -> str:
     """The estimate a drafted node's outcome teaches: a free draft extending its own chain is
-    learned apart (a lookup's first token is a guess, the next ones extend a match)."""
-    return draft + "+" if draft in FREE_DRAFTS and parent_draft == draft else draft
+    learned apart (a lookup's first token is a guess, the next ones extend a match), and a
+    lookup's first token by the length of the match it copies from (1, 2, 3 or more tokens)."""
+    if draft in FREE_DRAFTS and parent_draft == draft:
+        return draft + "+"
+    return f"{PLD}#{min(match, 3)}" if draft == PLD and match > 0 else draft
 
 
 @dataclass(frozen=True)
@@ -241,6 +244,9 @@ class TreeDrafter(Protocol):
     def offers(self, node: int, draft: str) -> int:
         """How many tokens `draft` can propose below `node` (a free draft may have none)."""
 
+    def match(self, node: int) -> int:
+        """How long a context suffix prompt lookup matched below `node` (0: none, or unknown)."""
+
     def alternatives(self, node: int, draft: str, width: int) -> list[float]:
         """The draft's confidence in its top-`width` candidates for the child of `node`."""
 
@@ -306,6 +312,7 @@ class DyTCPolicy:
         )
         self.alpha = {name: estimator(priors.get(name, cfg.prior_alpha)) for name in names}
         self.alpha |= {outcome_name(n, n): estimator(priors[n]) for n in FREE_DRAFTS}
+        self.alpha |= {outcome_name(PLD, "", m): estimator(priors[PLD]) for m in (1, 2, 3)}
         self.verify_cost = CostCurve(cfg.cost_weight, cfg.explore_horizon)
         self.draft_cost = {name: CostCurve(cfg.cost_weight, cfg.explore_horizon) for name in names}
         self._seen: set[str] = set()
@@ -346,10 +353,12 @@ class DyTCPolicy:
             return 0.0 if draft in FREE_DRAFTS else self.step_seconds()
         return curve.predict(1)
 
-    def chain_tokens(self, draft: str, k: int, below: str = "") -> float:
-        """Expected accepted tokens of a k-chain of `draft` below a node (drafted by `below`)
-        surely reached: the first at alpha, the next ones at the continuing alpha."""
-        first, rest = (self.alpha[outcome_name(draft, d)].alpha for d in (below, draft))
+    def chain_tokens(self, draft: str, k: int, below: str = "", match: int = 0) -> float:
+        """Expected accepted tokens of a k-chain of `draft` below a node (drafted by `below`, its
+        lookup matched on `match` tokens) surely reached: the first at alpha, the next ones at the
+        continuing alpha."""
+        first = self.alpha[outcome_name(draft, below, match)].alpha
+        rest = self.alpha[outcome_name(draft, draft)].alpha
         return first * (1.0 + geometric_tokens(rest, k - 1))
 
     def cost(self, draft: str) -> float:
@@ -357,11 +366,12 @@ class DyTCPolicy:
         return self.draft_seconds(draft) / self.step_seconds()
 
     def _score(
-        self, leaf: int, cum: float, draft: str, room: int, base: tuple[float, float, int, str]
+        self, leaf: int, cum: float, draft: str, room: int, base: tuple[float, float, int, str, int]
     ) -> Expansion:
         """The best chain of `draft` below `leaf` by the tree's EWIF, k up to T(S,k)'s best (a free
-        draft: `room`). `base`: the tree's expected tokens, drafting seconds, size; leaf's draft."""
-        tokens, spent, size, below = base
+        draft: `room`). `base`: the tree's expected tokens, drafting seconds, size; leaf's draft and
+        lookup match."""
+        tokens, spent, size, below, match = base
         step = self.step_seconds()
         a_s, c_s = self.alpha[draft].alpha, self.cost(draft)
         c_verify = [self.verify_seconds(size + k) / step for k in range(1, room + 1)]
@@ -371,7 +381,7 @@ class DyTCPolicy:
         options = []
         for k in range(1, k_max + 1):
             drafting = spent + per_call * (1 if free else k)  # a model draft: a forward per token
-            tree_tokens = tokens + cum * self.chain_tokens(draft, k, below)
+            tree_tokens = tokens + cum * self.chain_tokens(draft, k, below, match)
             ewif = tree_ewif(tree_tokens, drafting, self.verify_seconds(size + k), step)
             options.append(Expansion(leaf, draft, k, 1, ewif))
         return max(options, key=lambda e: e.predicted_ewif)
@@ -395,7 +405,7 @@ class DyTCPolicy:
             for draft in drafts:
                 offered = room if draft not in FREE_DRAFTS else drafter.offers(leaf, draft)
                 if offered >= 1:
-                    base = (tokens, spent, size, tree.drafts[leaf])
+                    base = (tokens, spent, size, tree.drafts[leaf], drafter.match(leaf))
                     options.append(self._score(leaf, cum, draft, min(room, offered), base))
         best = max(options, key=lambda e: e.predicted_ewif, default=None)
         if best is None or best.predicted_ewif <= current * cfg.min_gain:
@@ -444,22 +454,24 @@ class DyTCPolicy:
             added = drafter.expand(choice.leaf, choice.draft, choice.k, width)
             if not added:
                 break
-            self._record(tree, choice.draft, added)
+            self._record(tree, choice.draft, added, drafter.match(choice.leaf))
         # A size that looked cheap only because it was stale is explored when it is verified:
         # the budget pays its predicted extra cost in `observe_step`.
         self._exploring = self.exploration_cost(drafter.size())
         return tree.reach()
 
     def _record(
-        self, tree: TreeEstimate, draft: str, added: list[tuple[int, int, float | None]]
-    ) -> None:
+        self, tree: TreeEstimate, draft: str, added: list[tuple[int, int, float | None]],
+        match: int = 0,
+    ) -> None:  # fmt: skip
         """Each new node's acceptance given its parent: the first child continues the draft's
         chain (alpha, or the continuing alpha below it, mixed with the draft's confidence); a
-        later sibling is reached only after the earlier ones were rejected (confidence x alpha)."""
+        later sibling is reached only after the earlier ones were rejected (confidence x alpha).
+        `match`: the lookup match below the expanded leaf."""
         w = self.config.confidence_weight
         has_child: set[int] = set()
         for node, parent, confidence in added:  # parents first
-            alpha = self.alpha[outcome_name(draft, tree.drafts[parent])].alpha
+            alpha = self.alpha[outcome_name(draft, tree.drafts[parent], match)].alpha
             if parent in has_child:
                 per_token = (confidence if confidence is not None else 1.0) * alpha
             elif confidence is None:
@@ -471,15 +483,12 @@ class DyTCPolicy:
 
     # -- 7. what a verified step teaches ------------------------------------------------------
     def observe_step(
-        self,
-        tested: Sequence[tuple[str, bool]],
-        verify_tokens: int,
-        verify_seconds: float,
+        self, tested: Sequence[tuple[str, bool]], verify_tokens: int, verify_seconds: float,
         draft_timings: dict[str, tuple[int, float]],
-    ) -> None:
-        """Learn from one verified step: `tested` is ``(draft, accepted)`` per chain-continuing
-        node whose parent was accepted; the target forward's size and seconds; per draft,
-        ``(calls, total seconds)`` spent drafting."""
+    ) -> None:  # fmt: skip
+        """Learn from one verified step: `tested` is ``(estimate name, accepted)`` per
+        chain-continuing node whose parent was accepted; the target forward's size and seconds;
+        per draft, ``(calls, total seconds)`` spent drafting."""
         # The exploration budget earns its share of the step and pays for an explored size.
         spent = verify_seconds + sum(seconds for _, seconds in draft_timings.values())
         self.explore_budget += self.config.explore_fraction * spent - self._exploring
@@ -494,6 +503,9 @@ class DyTCPolicy:
                 self._seen.add(name)
                 continue
             self.draft_cost[name].observe(1, seconds / calls)
+        # A lookup's first token teaches its match length's estimate and the pooled one (T(S,k)
+        # counts on a lookup after a chain, whose match is not known yet).
+        tested = [*tested, *((PLD, ok) for name, ok in tested if name.startswith(PLD + "#"))]
         for name, accepted in tested:
             if name in self.alpha:
                 self.alpha[name].observe(1.0 if accepted else 0.0)

@@ -31,19 +31,11 @@ class GenerationResult:
 
 
 def generate_ar(
-    model: Transformer,
-    prompt_ids: Sequence[int] | torch.Tensor,
-    max_new_tokens: int,
-    *,
-    temperature: float = 0.0,
-    top_k: int = 0,
-    top_p: float = 1.0,
-    seed: int | None = None,
-    rng: RandomSource | None = None,
-    stop_ids: Iterable[int] = (),
-    on_token: Callable[[int], None] | None = None,
-    plan: ExecutionPlan | None = None,
-) -> GenerationResult:
+    model: Transformer, prompt_ids: Sequence[int] | torch.Tensor, max_new_tokens: int, *,
+    temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int | None = None,
+    rng: RandomSource | None = None, stop_ids: Iterable[int] = (),
+    on_token: Callable[[int], None] | None = None, plan: ExecutionPlan | None = None,
+) -> GenerationResult:  # fmt: skip
     """Plain autoregressive decoding, one token per forward through a KV cache.
 
     Args:

@@ -79,7 +79,7 @@ class DyTC(Schedule):
     def observe(self, drafter: StepDrafter, accepted: Sequence[int], verify_seconds: float) -> None:
         on_path, info, parent = {0, *accepted}, drafter.info, drafter.tree.parent
         tested = [
-            (outcome_name(i.source, info[parent(n)].source), n in on_path)
+            (outcome_name(i.source, info[parent(n)].source, drafter.match(parent(n))), n in on_path)
             for n, i in enumerate(info)
             if n > 0 and i.primary and parent(n) in on_path
         ]

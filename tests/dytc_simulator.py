@@ -121,6 +121,9 @@ class SimDrafter:
             self._offers[key] = min(self.room(node), self.world.offer_len) if hit else 0
         return self._offers[key]
 
+    def match(self, node: int) -> int:
+        return 0  # the world's lookups carry no evidence: one estimate for a lookup's first token
+
     def alternatives(self, node: int, draft: str, width: int) -> list[float]:
         first = self.world.alpha[draft]
         return [first, *self.world.siblings.get(draft, ())][:width]

@@ -563,6 +563,9 @@ def test_pld_offers_are_looked_up_once_within_the_room() -> None:
     drafter = _drafter()
     assert drafter.offers(0, PLD) == 4
     assert drafter.offers(0, PLD) == 4 and _calls(drafter) == {PLD: 1}  # memoized
+    # The lookup's match (the suffix 3, 5 recurs; 11, 3, 5 does not) is what DyTC learns by.
+    assert drafter.match(0) == PromptLookup(CONTEXT).match(10).ngram == 2
+    assert _drafter().match(0) == 0  # not looked up
     short = _drafter(max_depth=2)
     assert short.offers(0, PLD) == 2 and _calls(short) == {PLD: 1}
     # Expanding uses the memoized proposal, cut to k.

@@ -31,6 +31,7 @@ from casspec_ref.dytc import (
     expected_tree_tokens,
     geometric_tokens,
     max_cascade_depth,
+    outcome_name,
     t_score,
     tree_ewif,
 )
@@ -261,6 +262,45 @@ def test_policy_prefers_the_near_free_prompt_lookup() -> None:
     drafter = _drafter(world)
     choice = policy.plan(drafter, TreeEstimate(), ["l1", PLD])
     assert choice is not None and choice.draft == PLD
+
+
+def test_a_lookups_first_token_is_learned_by_its_match_length() -> None:
+    """The estimate names, by hand; an outcome of ``pld#2`` teaches ``pld#2`` and the pooled
+    ``pld`` (both then count as tested, so neither relaxes), nothing else."""
+    assert outcome_name(PLD, "l1", 2) == PLD + "#2" and outcome_name(PLD, "root", 7) == PLD + "#3"
+    assert outcome_name(PLD, "root") == PLD and outcome_name(PLD, PLD, 2) == PLD + "+"
+    assert outcome_name("l1", "root", 2) == "l1" and outcome_name(RECYCLE, "l1", 1) == RECYCLE
+    policy = DyTCPolicy(["l1"], DyTCConfig(warmup=0, ema_weight=1.0, window=4))
+    policy.observe_step([(PLD + "#1", False)] * 4, 1, 0.04, {})
+    counts = {name: e.count for name, e in policy.alpha.items() if e.count}
+    assert counts == {PLD + "#1": 4, PLD: 4}
+    assert policy.alpha[PLD + "#1"].alpha == policy.alpha[PLD].alpha == 0.0
+    policy.observe_step([(PLD + "#3", True)], 1, 0.04, {})
+    assert policy.alpha[PLD + "#3"].alpha == 1.0 and policy.alpha[PLD].alpha == 0.25
+    assert policy.alpha[PLD + "#1"].alpha == 0.0 + 0.02 * (0.5 - 0.0)  # untested: relaxed
+
+
+class _Matched(SimDrafter):
+    """A `SimDrafter` whose lookups report a given match length."""
+
+    def __init__(self, world: World, length: int) -> None:
+        super().__init__(world, random.Random(0), 32, 16)
+        self.length = length
+
+    def match(self, node: int) -> int:
+        return self.length
+
+
+def test_the_match_length_decides_whether_a_lookup_pays() -> None:
+    """Lookups after 1-token matches have been wrong, after 3-token matches right: DyTC drafts
+    a lookup where the match is 3 tokens long and not where it is 1, on the same tree."""
+    policy = _timed_policy(draft_seconds=0.040, alpha=0.1)  # the model draft is not worth it
+    policy.observe_step([(PLD + "#1", False)] * 30 + [(PLD + "#3", True)] * 30, 1, 0.04, {})
+    world = World(CURVES["linear"], {"l1": 0.1, PLD: 0.5}, {"l1": 0.04, PLD: 1e-5}, offer={PLD: 1})
+    short, long = _Matched(world, 1), _Matched(world, 3)
+    assert policy.plan(short, TreeEstimate(), ["l1", PLD]) is None
+    choice = policy.plan(long, TreeEstimate(), ["l1", PLD])
+    assert choice is not None and choice.draft == PLD and choice.k > 1
 
 
 def test_predicted_ewif_is_the_tree_formula_on_the_grown_tree() -> None:

@@ -146,7 +146,7 @@ def test_replay_drafter_lookup_and_recycled_chains() -> None:
     assert d.tokens[1:] == [11, 12, 13, 99]
     assert [(parent, conf) for _, parent, conf in grown] == [(0, None), (1, None), (2, None),
                                                                (3, None)]  # fmt: skip
-    assert d.verify() == ([1, 2, 3], [(PLD, True), (PLD + "+", True), (PLD + "+", True),
+    assert d.verify() == ([1, 2, 3], [(PLD + "#1", True), (PLD + "+", True), (PLD + "+", True),
                                       (PLD + "+", False)])  # fmt: skip
     recycler = TokenRecycler(4)
     recycler.successors = {10: ([11, 7], [0.6, 0.3]), 11: ([12], [0.8]), 12: ([98], [0.5])}

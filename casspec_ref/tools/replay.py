@@ -121,6 +121,7 @@ class ReplayDrafter:
         self.charged: dict[str, tuple[int, float]] = {}  # per draft: (calls, forward seconds)
         self.bookkeeping = 0.0  # seconds around the draft calls (not charged to a draft)
         self._lookups: dict[int, list[int]] = {}
+        self._matched: dict[int, int] = {}  # node -> the length of lookup's match below it
         self._fed: set[tuple[str, int]] = set()  # (level, node): one forward each
 
     # -- bookkeeping ---------------------------------------------------------------------------
@@ -171,7 +172,12 @@ class ReplayDrafter:
 
     def lookup(self, node: int, k: int) -> list[int]:
         self._charge(PLD, LOOKUP_SECONDS)
-        return self.pld.propose_after(self._path(node), k)
+        found = self.pld.match(k, self._path(node))
+        self._matched[node] = found.ngram
+        return list(found.tokens)
+
+    def match(self, node: int) -> int:
+        return self._matched.get(node, 0)
 
     def offers(self, node: int, draft: str) -> int:
         if draft == PLD:
@@ -243,7 +249,8 @@ class ReplayDrafter:
                 i = self.index[child]
                 ok = i < len(answer) and self.tokens[child] == answer[i]
                 if self.primary[child]:
-                    tested.append((outcome_name(self.source[child], self.source[node]), ok))
+                    name = outcome_name(self.source[child], self.source[node], self.match(node))
+                    tested.append((name, ok))
                 nxt = child if ok and nxt is None else nxt
             if nxt is None:
                 return accepted, tested

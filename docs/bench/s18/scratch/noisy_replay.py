@@ -27,7 +27,7 @@ def run(recs, costs, levels, seed, variant):
     policy = DyTCPolicy(levels)
     undo = VARIANTS[variant](policy)
     try:
-        r = R.replay(recs, costs, policy=policy)
+        r = R.replay(recs, costs, policy=policy, lookup=LOOKUP.get(variant))
     finally:
         DyTCPolicy.observe_step = orig_observe
         undo()
@@ -64,7 +64,30 @@ def clipped(limit):
         CostCurve.observe = observe
         return lambda: setattr(CostCurve, "observe", orig)
     return patch
-VARIANTS = {"shipped": shipped, "median3": median_costs(3), "median5": median_costs(5),
+from casspec_ref.dsia.prompt_lookup import PromptLookupConfig
+LOOKUP = {"min_ngram2": PromptLookupConfig(min_ngram=2), "min_ngram2+relax": PromptLookupConfig(min_ngram=2), "clip0.2+min_ngram2": PromptLookupConfig(min_ngram=2)}
+def relax_up_mean(policy):
+    """An untested estimate below the draft's long-run mean (or its prior, if higher) relaxes
+    up toward it: a bad stretch is forgotten at the rate a draft below its prior is."""
+    orig = AcceptanceEstimator.relax
+    def relax(self, rate):
+        target = max(self.prior, (self.prior + self._sum) / (1 + self.count))
+        if self.alpha < target:
+            self.alpha += rate * (target - self.alpha)
+    AcceptanceEstimator.relax = relax
+    return lambda: setattr(AcceptanceEstimator, "relax", orig)
+def both(*patches):
+    def patch(policy):
+        undos = [p(policy) for p in patches]
+        return lambda: [u() for u in undos]
+    return patch
+def per_ngram(policy):
+    """Stop 16's per-match-length patch; for the code before 5a-ngram (the package has it since)."""
+    import ngram_patch  # patches on import: only when asked for
+    ngram_patch.STATE["on"] = True
+    return lambda: ngram_patch.STATE.update(on=False)
+VARIANTS = {"shipped": shipped, "per_ngram": per_ngram, "relax_up_mean": relax_up_mean,
+            "per_ngram+relax": both(per_ngram, relax_up_mean), "min_ngram2+relax": relax_up_mean, "min_ngram2": shipped, "clip0.2+min_ngram2": clipped(0.2), "median3": median_costs(3), "median5": median_costs(5),
             "clip0.2": clipped(0.2), "clip0.5": clipped(0.5)}
 if __name__ == "__main__":
     recs, costs, levels = load(sys.argv[1], sys.argv[2])
