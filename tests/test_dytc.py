@@ -295,12 +295,15 @@ def test_the_match_length_decides_whether_a_lookup_pays() -> None:
     """Lookups after 1-token matches have been wrong, after 3-token matches right: DyTC drafts
     a lookup where the match is 3 tokens long and not where it is 1, on the same tree."""
     policy = _timed_policy(draft_seconds=0.040, alpha=0.1)  # the model draft is not worth it
-    policy.observe_step([(PLD + "#1", False)] * 30 + [(PLD + "#3", True)] * 30, 1, 0.04, {})
+    policy.observe_step([(PLD + "#3", True)] * 30 + [(PLD + "#1", False)] * 30, 1, 0.04, {})
+    assert policy.alpha[PLD].alpha < 0.1 < 0.9 < policy.alpha[PLD + "#3"].alpha  # pooled: recent
     world = World(CURVES["linear"], {"l1": 0.1, PLD: 0.5}, {"l1": 0.04, PLD: 1e-5}, offer={PLD: 1})
     short, long = _Matched(world, 1), _Matched(world, 3)
     assert policy.plan(short, TreeEstimate(), ["l1", PLD]) is None
     choice = policy.plan(long, TreeEstimate(), ["l1", PLD])
     assert choice is not None and choice.draft == PLD and choice.k > 1
+    reach = policy.grow(long, ["l1", PLD])  # the grown tree values its first node the same way
+    assert long.draft[1] == PLD and reach[1] == policy.alpha[PLD + "#3"].alpha
 
 
 def test_predicted_ewif_is_the_tree_formula_on_the_grown_tree() -> None:

@@ -202,3 +202,18 @@ def test_dytc_learns_a_lookup_chain_continuing_apart_from_its_first_token() -> N
     assert (policy.alpha["pld"].count, policy.alpha["pld"]._sum) == (1, 1.0)
     assert (policy.alpha["pld+"].count, policy.alpha["pld+"]._sum) == (2, 1.0)
     assert policy.alpha["skip"].count == 1 and policy.alpha["recycle+"].count == 0
+
+
+def test_dytc_learns_a_lookups_first_token_by_its_match_length() -> None:
+    """A lookup DyTC drafted (the context's suffix 3, 5 matched on 2 tokens) teaches ``pld#2``
+    and the pooled ``pld`` by its first node, ``pld+`` by the next ones."""
+    model = _model()
+    drafter, _ = _drafter(model, DraftSampling())
+    assert drafter.offers(0, "pld") == 4 and drafter.match(0) == 2
+    first, second, _, _ = [node for node, _, _ in drafter.expand(0, "pld", 4, 1)]
+    schedule = SCHEDULES["cas-spec"](ScheduleSpec(list(LEVELS), model.config.n_layers))
+    policy = schedule.policy
+    schedule.observe(drafter, [first, second], 0.01)  # the third lookup token is rejected
+    assert (policy.alpha["pld#2"].count, policy.alpha["pld#2"]._sum) == (1, 1.0)
+    assert (policy.alpha["pld"].count, policy.alpha["pld+"].count) == (1, 2)
+    assert policy.alpha["pld#1"].count == policy.alpha["pld#3"].count == 0

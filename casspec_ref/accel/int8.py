@@ -273,8 +273,9 @@ class Int8Kernel:
 
 @cache
 def _linear_dynamic() -> Any:
-    """fbgemm's dynamic quantized linear as a resolved overload: called without the operator
-    packet's per-call argument scan (~1 us, a tenth of a small product)."""
+    """fbgemm's dynamic quantized linear as a resolved overload, called without the operator
+    packet's per-call scan of its arguments (a measurable share of a small product,
+    docs/design.md)."""
     return torch.ops.quantized.linear_dynamic.default
 
 

@@ -228,10 +228,10 @@ def apply_form(
 def _split_one_row(
     x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
 ) -> torch.Tensor:
-    """`run_form`'s ``split`` for one contiguous row, without its general bookkeeping: the naive
-    loop's every product, where that bookkeeping costs ~4% of a forward (docs/benchmarks.md). The
-    same batched call on operands of the same layout (the row seen as a column of strides (1, in)
-    for both blocks), so the same bits (tested)."""
+    """`run_form`'s ``split`` for one contiguous row, without its general bookkeeping (the naive
+    loop's every product, where that bookkeeping is a measurable share of a forward: docs/design.md,
+    `base/kernels.py`). The same batched call on operands of the same layout (the row seen as a
+    column of strides (1, in) for both blocks), so the same bits (tested)."""
     out_f, in_f = weight.shape
     if out_f % 2:
         return run_form(Form("split"), x, weight, bias)  # which refuses it

@@ -2,7 +2,8 @@
 draft calls) times a lognormal factor (sigma) and, with probability `spike`, a stall of 1.5-3x;
 the clock charges the noiseless costs, so two runs differ only by what the noise made DyTC
 decide. Per seed: speedup over the naive loop and the int8 level's tested outcomes; variants
-patch DyTC in-process. Usage: noisy_replay.py RECORD COSTS [variant ...]."""
+patch DyTC in-process. Usage: noisy_replay.py RECORD COSTS [variant ...]; the environment's
+SIGMA and SPIKE override the defaults (0.035 and 0.005, this machine's, `timing_noise.txt`)."""
 import math, os, random, statistics, sys
 from common import load
 from casspec_ref.tools import replay as R
@@ -82,7 +83,7 @@ def both(*patches):
         return lambda: [u() for u in undos]
     return patch
 def per_ngram(policy):
-    """Stop 16's per-match-length patch; for the code before 5a-ngram (the package has it since)."""
+    """Stop 16's per-match-length patch; for the code before 2c3b3d9 (the package has its own since)."""
     import ngram_patch  # patches on import: only when asked for
     ngram_patch.STATE["on"] = True
     return lambda: ngram_patch.STATE.update(on=False)

@@ -1,5 +1,7 @@
+"""Follow the int8 level's estimate through one noiseless replay (scratch, stop 18): every 60
+steps, whether the step drafted with it, its estimate, outcomes and c, and the lookup estimates.
+Usage: trace_lock.py RECORD COSTS VARIANT (a `noisy_replay.VARIANTS` name)."""
 import sys
-sys.argv = [sys.argv[0]] + sys.argv[1:]
 from noisy_replay import *
 import noisy_replay as N
 recs, costs, levels = load(sys.argv[1], sys.argv[2])
