@@ -2,18 +2,10 @@
 few seconds for `minutes`: the read bandwidth (a sum over 512 MiB, median of 3) and the forward
 over T = 1, 2, 4, 8 new tokens after 256 cached (median of 5 each); then the correlation of each
 size's time with the bandwidth."""
-import os, statistics, sys, time
+import statistics, sys, time
 import torch
-os.environ.setdefault("CASSPEC_KERNELS", "auto")
-from casspec_ref.io.weights import load_model
-from casspec_ref.kv_cache import KVCache
-model, tok = load_model()
-c = model.config
-gen = torch.Generator().manual_seed(0)
-ctx = torch.randint(0, c.vocab_size, (1, 256), generator=gen)
-cache = KVCache(c, 300, torch.float32)
-model(ctx, cache=cache, last_only=True)
-new = torch.randint(0, c.vocab_size, (1, 8), generator=gen)
+from common import target_after_context
+model, tok, cache, new = target_after_context(8)
 buf = torch.ones(512 << 18)
 def med(f, n):
     ts = []

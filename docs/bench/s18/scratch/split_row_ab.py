@@ -6,8 +6,7 @@ import os, statistics, time
 import torch
 import torch.nn.functional as F
 os.environ.setdefault("CASSPEC_KERNELS", "auto")
-from casspec_ref.io.weights import load_model
-from casspec_ref.kv_cache import KVCache
+from common import target_after_context
 from casspec_ref.base import kernels
 from casspec_ref.generate import generate_ar
 from casspec_ref.tools.bench import default_questions_path, load_questions
@@ -23,13 +22,7 @@ def old_exact_linear(x, weight, bias):
     return kernels.run_form(form, x, weight, bias)
 
 variants = {"old": old_exact_linear, "new": kernels.exact_linear}
-model, tok = load_model()
-c = model.config
-gen = torch.Generator().manual_seed(0)
-ctx = torch.randint(0, c.vocab_size, (1, 256), generator=gen)
-cache = KVCache(c, 300, torch.float32)
-model(ctx, cache=cache, last_only=True)
-new = torch.randint(0, c.vocab_size, (1, 4), generator=gen)
+model, tok, cache, new = target_after_context(4)
 def fw(t):
     out = model(new[:, :t], cache=cache); cache.truncate(256); return out
 for t in (1, 2, 4):

@@ -1,18 +1,9 @@
 """How noisy is one forward's timing on this machine (scratch, stop 18)? 300 forwards each over
 T = 1 and T = 4 new tokens after 256 cached, alternating; quantiles relative to the median, the
 lognormal sigma of the central part, and the share of calls over 1.5x the median."""
-import math, os, statistics, time
-import torch
-os.environ.setdefault("CASSPEC_KERNELS", "auto")
-from casspec_ref.io.weights import load_model
-from casspec_ref.kv_cache import KVCache
-model, tok = load_model()
-c = model.config
-gen = torch.Generator().manual_seed(0)
-ctx = torch.randint(0, c.vocab_size, (1, 256), generator=gen)
-cache = KVCache(c, 300, torch.float32)
-model(ctx, cache=cache, last_only=True)
-new = torch.randint(0, c.vocab_size, (1, 4), generator=gen)
+import math, statistics, time
+from common import target_after_context
+model, tok, cache, new = target_after_context(4)
 times = {1: [], 4: []}
 for i in range(310):
     for t in (1, 4):
