@@ -220,9 +220,10 @@ def apply_form(
     ``linear`` and a one-row ``split`` (the naive loop's every product)."""
     if form.base == "linear" and not form.pad_to:
         return F.linear(x, weight, bias)
-    if form.base == "split" and not form.pad_to and x.numel() == x.shape[-1] and x.is_contiguous():
-        return _split_one_row(x, weight, bias)
-    return run_form(form, x, weight, bias)
+    if form.base == "split" and not form.pad_to and weight.shape[0] % 2 == 0:
+        if x.numel() == x.shape[-1] and x.is_contiguous():  # one row
+            return _split_one_row(x, weight, bias)
+    return run_form(form, x, weight, bias)  # (which refuses an odd split)
 
 
 def _split_one_row(
@@ -233,8 +234,6 @@ def _split_one_row(
     `base/kernels.py`). The same batched call on operands of the same layout (the row seen as a
     column of strides (1, in) for both blocks), so the same bits (tested)."""
     out_f, in_f = weight.shape
-    if out_f % 2:
-        return run_form(Form("split"), x, weight, bias)  # which refuses it
     column = x.as_strided((2, in_f, 1), (0, 1, in_f), x.storage_offset())  # (2, in, 1), a view
     out = torch.bmm(weight.view(2, out_f // 2, in_f), column).view(*x.shape[:-1], out_f)
     return out if bias is None else out + bias
