@@ -73,6 +73,7 @@ class StepDrafter:
         self.charged: dict[str, tuple[int, float]] = {}  # per draft: (calls, seconds)
         self._lookups: dict[int, list[int]] = {}
         self._matched: dict[int, int] = {}  # node -> the length of lookup's match below it
+        self._margins: dict[int, float] = {}  # chain-continuing model-drafted node -> margin
         self._laws: dict[tuple[str, int], tuple[np.ndarray | None, np.ndarray]] = {}
 
     def size(self) -> int:
@@ -158,6 +159,10 @@ class StepDrafter:
         for rank, token in enumerate(tokens):
             child = self.add_node(node, token, NodeInfo(level, rank == 0), rule, law)
             added.append((child, float(confidence[token])))
+        if added:  # the chain's token: how much more the draft believes it than any other
+            second, first = np.partition(confidence, -2)[-2:]
+            p = added[0][1]
+            self._margins[added[0][0]] = p - (first if p < first else second)
         return added
 
     def time_target(self, sizes: Sequence[int]) -> dict[int, float]:
@@ -190,6 +195,10 @@ class StepDrafter:
     def match(self, node: int) -> int:
         """How long a context suffix prompt lookup matched below `node` (0: none, or no lookup)."""
         return self._matched.get(node, 0)
+
+    def margin(self, node: int) -> float | None:
+        """A chain-continuing model-drafted node's margin (`casspec_ref.dytc.outcome_name`)."""
+        return self._margins.get(node)
 
     def add_chain(self, node: int, tokens: Sequence[int], source: str) -> list[int]:
         """Append fixed proposals (`DETERMINISTIC`) below `node`; returns the added nodes."""

@@ -19,7 +19,6 @@ import math
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Protocol
 
 from casspec_ref.base import dytc_checks as checks
@@ -29,13 +28,24 @@ RECYCLE = "recycle"  # the recycled-token draft (successors seen in earlier veri
 FREE_DRAFTS = (PLD, RECYCLE)  # drafts that cost no forward: looked up, not computed
 
 
-def outcome_name(draft: str, parent_draft: str, match: int = 0) -> str:
+MARGINS = (0.02, 0.05, 0.1, 0.2)  # bin edges of a model draft's margin (design.md, `dytc.py`)
+
+
+def outcome_name(draft: str, parent_draft: str, match: int = 0, margin: float | None = None) -> str:
     """The estimate a drafted node's outcome teaches: a free draft extending its own chain is
-    learned apart (a lookup's first token is a guess, the next ones extend a match), and a
-    lookup's first token by the length of the match it copies from (1, 2, 3 or more tokens)."""
+    learned apart (a lookup's first token is a guess, the next ones extend a match), a lookup's
+    first token by the length of the match it copies from (1, 2, 3 or more tokens), and a model
+    draft's token by its margin (the draft's probability of it minus the best other's), binned."""
     if draft in FREE_DRAFTS and parent_draft == draft:
         return draft + "+"
+    if draft not in FREE_DRAFTS and margin is not None:
+        return f"{draft}@{bisect.bisect(MARGINS, margin)}"
     return f"{PLD}#{min(match, 3)}" if draft == PLD and match > 0 else draft
+
+
+def pooled(name: str) -> str:
+    """The draft's own estimate behind a finer one (``pld#2`` -> ``pld``, ``l1@3`` -> ``l1``)."""
+    return name.split("#")[0].split("@")[0]
 
 
 @dataclass(frozen=True)
@@ -247,6 +257,9 @@ class TreeDrafter(Protocol):
     def match(self, node: int) -> int:
         """How long a context suffix prompt lookup matched below `node` (0: none, or unknown)."""
 
+    def margin(self, node: int) -> float | None:
+        """A model-drafted chain node's margin (see `outcome_name`); None if not known."""
+
     def alternatives(self, node: int, draft: str, width: int) -> list[float]:
         """The draft's confidence in its top-`width` candidates for the child of `node`."""
 
@@ -305,14 +318,23 @@ class DyTCPolicy:
 
     def __post_init__(self) -> None:
         cfg = self.config
+        checks.check_draft_names(self.drafts, FREE_DRAFTS)
         names = [*self.drafts, *FREE_DRAFTS]
         priors = {PLD: cfg.prior_pld_alpha, RECYCLE: cfg.prior_recycle_alpha}
-        estimator = partial(
-            AcceptanceEstimator, weight=cfg.ema_weight, window=cfg.window, warmup=cfg.warmup
-        )
-        self.alpha = {name: estimator(priors.get(name, cfg.prior_alpha)) for name in names}
-        self.alpha |= {outcome_name(n, n): estimator(priors[n]) for n in FREE_DRAFTS}
-        self.alpha |= {outcome_name(PLD, "", m): estimator(priors[PLD]) for m in (1, 2, 3)}
+
+        def estimator(name: str) -> AcceptanceEstimator:
+            draft = pooled(name).rstrip("+")  # whose estimate it is
+            # A free draft fills a tree at no forward's cost: no warm-up optimism for it.
+            warmup = 0 if draft in FREE_DRAFTS else cfg.warmup
+            prior = priors.get(draft, cfg.prior_alpha)
+            return AcceptanceEstimator(
+                prior, weight=cfg.ema_weight, window=cfg.window, warmup=warmup
+            )
+
+        finer = [f"{d}@{b}" for d in self.drafts for b in range(len(MARGINS) + 1)]
+        finer += [outcome_name(n, n) for n in FREE_DRAFTS]
+        finer += [outcome_name(PLD, "", m) for m in (1, 2, 3)]
+        self.alpha = {name: estimator(name) for name in [*names, *finer]}
         self.verify_cost = CostCurve(cfg.cost_weight, cfg.explore_horizon)
         self.draft_cost = {name: CostCurve(cfg.cost_weight, cfg.explore_horizon) for name in names}
         self._seen: set[str] = set()
@@ -360,6 +382,11 @@ class DyTCPolicy:
         first = self.alpha[outcome_name(draft, below, match)].alpha
         rest = self.alpha[outcome_name(draft, draft)].alpha
         return first * (1.0 + geometric_tokens(rest, k - 1))
+
+    def margins_known(self, draft: str) -> bool:
+        """True once an outcome of model draft `draft` came with its margin (`outcome_name`)."""
+        bins = [self.alpha.get(f"{draft}@{b}") for b in range(len(MARGINS) + 1)]  # none if free
+        return any(e is not None and e.count > 0 for e in bins)
 
     def cost(self, draft: str) -> float:
         """c of a draft: one call's predicted seconds over a plain step's."""
@@ -447,14 +474,17 @@ class DyTCPolicy:
         if untimed := self.untimed(drafts):
             # Probe: one single-token draft to learn the draft's cost (its first timing pays
             # one-time setup and is discarded, so each draft is probed twice).
-            self._record(tree, untimed[0], drafter.expand(0, untimed[0], 1, 1))
+            self._record(tree, untimed[0], drafter.expand(0, untimed[0], 1, 1), drafter)
             return tree.reach()
         while (choice := self.plan(drafter, tree, drafts)) is not None:
             width = self._width(choice, tree, drafter)
-            added = drafter.expand(choice.leaf, choice.draft, choice.k, width)
+            # A model chain planned k deep is drafted a token at a time once the draft's margins
+            # are known: the next plan values the drafted token by its margin's estimate.
+            k = 1 if self.margins_known(choice.draft) else choice.k
+            added = drafter.expand(choice.leaf, choice.draft, k, width)
             if not added:
                 break
-            self._record(tree, choice.draft, added, drafter.match(choice.leaf))
+            self._record(tree, choice.draft, added, drafter)
         # A size that looked cheap only because it was stale is explored when it is verified:
         # the budget pays its predicted extra cost in `observe_step`.
         self._exploring = self.exploration_cost(drafter.size())
@@ -462,19 +492,21 @@ class DyTCPolicy:
 
     def _record(
         self, tree: TreeEstimate, draft: str, added: list[tuple[int, int, float | None]],
-        match: int = 0,
+        drafter: TreeDrafter,
     ) -> None:  # fmt: skip
         """Each new node's acceptance given its parent: the first child continues the draft's
-        chain (alpha, or the continuing alpha below it, mixed with the draft's confidence); a
-        later sibling is reached only after the earlier ones were rejected (confidence x alpha).
-        `match`: the lookup match below the expanded leaf."""
+        chain (the estimate its outcome teaches, `outcome_name`; one with no margin known mixes
+        the draft's alpha with its confidence); a later sibling is reached only after the
+        earlier ones were rejected (confidence x alpha)."""
         w = self.config.confidence_weight
         has_child: set[int] = set()
         for node, parent, confidence in added:  # parents first
-            alpha = self.alpha[outcome_name(draft, tree.drafts[parent], match)].alpha
+            margin = None if parent in has_child else drafter.margin(node)
+            name = outcome_name(draft, tree.drafts[parent], drafter.match(parent), margin)
+            alpha = self.alpha[name].alpha
             if parent in has_child:
                 per_token = (confidence if confidence is not None else 1.0) * alpha
-            elif confidence is None:
+            elif confidence is None or margin is not None:
                 per_token = alpha
             else:
                 per_token = w * confidence + (1.0 - w) * alpha
@@ -503,9 +535,9 @@ class DyTCPolicy:
                 self._seen.add(name)
                 continue
             self.draft_cost[name].observe(1, seconds / calls)
-        # A lookup's first token teaches its match length's estimate and the pooled one (T(S,k)
-        # counts on a lookup after a chain, whose match is not known yet).
-        tested = [*tested, *((PLD, ok) for name, ok in tested if name.startswith(PLD + "#"))]
+        # A finer estimate's outcome teaches the draft's pooled one too (T(S,k) and the next
+        # token of a chain count on it: its match or margin is not known yet).
+        tested = [*tested, *((pooled(name), ok) for name, ok in tested if pooled(name) != name)]
         for name, accepted in tested:
             if name in self.alpha:
                 self.alpha[name].observe(1.0 if accepted else 0.0)

@@ -77,11 +77,11 @@ class DyTC(Schedule):
         self.policy.grow(drafter, drafts)
 
     def observe(self, drafter: StepDrafter, accepted: Sequence[int], verify_seconds: float) -> None:
-        on_path, info, parent = {0, *accepted}, drafter.info, drafter.tree.parent
+        on_path, info, parent, d = {0, *accepted}, drafter.info, drafter.tree.parent, drafter
         tested = [
-            (outcome_name(i.source, info[parent(n)].source, drafter.match(parent(n))), n in on_path)
+            (outcome_name(i.source, info[p].source, d.match(p), d.margin(n)), n in on_path)
             for n, i in enumerate(info)
-            if n > 0 and i.primary and parent(n) in on_path
+            if n > 0 and i.primary and (p := parent(n)) in on_path
         ]
         self.policy.observe_step(tested, len(drafter.tree), verify_seconds, drafter.charged)
 

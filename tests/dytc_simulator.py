@@ -124,6 +124,9 @@ class SimDrafter:
     def match(self, node: int) -> int:
         return 0  # the world's lookups carry no evidence: one estimate for a lookup's first token
 
+    def margin(self, node: int) -> float | None:
+        return None  # the world's drafts carry no margin: a node mixes confidence and alpha
+
     def alternatives(self, node: int, draft: str, width: int) -> list[float]:
         first = self.world.alpha[draft]
         return [first, *self.world.siblings.get(draft, ())][:width]

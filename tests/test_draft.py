@@ -286,6 +286,26 @@ def test_children_of_two_levels_at_one_node_carry_each_level_s_confidence() -> N
     assert float(drafter.draft_law("exit", 0, zeros)[1].max()) == exit_[0][1]
 
 
+def test_the_chain_child_s_margin_is_its_probability_over_the_best_other() -> None:
+    """Greedy: the top token's probability minus the runner-up's; sampled: the drawn token's
+    minus the best other token's (negative when the draw was not the top token). Siblings and
+    nodes no model drafted have none."""
+    drafter = _drafter()
+    drafter.propose_children("skip", 0, 2)
+    probs = torch.softmax(_reference_logits("skip", [ROOT]), -1)
+    top = torch.topk(probs, 2).values.tolist()
+    assert drafter.margin(1) == pytest.approx(top[0] - top[1], rel=1e-12, abs=0) and top[1] > 0
+    assert drafter.margin(2) is None and drafter.margin(0) is None
+    q = target_law(_reference_logits("skip", [ROOT]), 0.7, 4).numpy()
+    least = min((int(t) for t in np.flatnonzero(q)), key=lambda t: q[t])
+    sampled = _drafter(DraftSampling(temperature=0.7, top_k=4), rng=Scripted([least]))
+    sampled.propose_children("skip", 0, 1)
+    assert sampled.tree.tokens[1] == least
+    margin = sampled.margin(1)
+    assert margin is not None and margin < 0
+    assert margin == pytest.approx(q[least] - q.max(), rel=1e-12, abs=0)
+
+
 def test_one_greedy_child() -> None:
     drafter = _drafter()
     added = drafter.propose_children("exit", 0, 1)

@@ -32,6 +32,7 @@ from casspec_ref.dytc import (
     geometric_tokens,
     max_cascade_depth,
     outcome_name,
+    pooled,
     t_score,
     tree_ewif,
 )
@@ -183,6 +184,26 @@ def test_cascade_depth_rules() -> None:
     assert max_cascade_depth(30, 600, n_levels=3, config=DyTCConfig()) == 3
 
 
+@pytest.mark.parametrize("name", ["l1#2", "a@b", "l1+", "", PLD, RECYCLE])
+def test_a_draft_name_that_would_clash_with_an_estimate_s_name_is_refused(name: str) -> None:
+    with pytest.raises(ValueError, match=r"^draft name .* is invalid: "):
+        DyTCPolicy(["ok", name])
+
+
+def test_free_drafts_start_at_their_priors_and_model_drafts_optimistic() -> None:
+    """A free draft's estimates (pooled, continuing, per match) start at its prior and follow
+    the EMA from the first outcome; a model draft's (pooled, per margin bin) start optimistic."""
+    cfg = DyTCConfig(prior_pld_alpha=0.4, prior_recycle_alpha=0.2, prior_alpha=0.5, warmup=10)
+    policy = DyTCPolicy(["l1"], cfg)
+    for name in (PLD, PLD + "+", PLD + "#1", PLD + "#3", RECYCLE, RECYCLE + "+"):
+        want = 0.4 if name.startswith(PLD) else 0.2
+        assert policy.alpha[name].alpha == want and policy.alpha[name].warmup == 0, name
+    for name in ("l1", "l1@0", "l1@4"):
+        assert policy.alpha[name].alpha == (0.5 + 10) / 11 and policy.alpha[name].warmup == 10
+    policy.observe_step([(RECYCLE, False)], 1, 0.04, {})
+    assert policy.alpha[RECYCLE].alpha == pytest.approx(0.7 * 0.2)  # the EMA at once
+
+
 def test_config_validation() -> None:
     with pytest.raises(ValueError, match="ema_weight"):
         DyTCConfig(ema_weight=0.0)
@@ -306,6 +327,47 @@ def test_the_match_length_decides_whether_a_lookup_pays() -> None:
     assert long.draft[1] == PLD and reach[1] == policy.alpha[PLD + "#3"].alpha
 
 
+def test_a_model_drafts_token_is_learned_by_its_margin() -> None:
+    """Margins fall in bins at 0.02, 0.05, 0.1 and 0.2 (an edge opens the bin above); a free
+    draft has no margin bin; an ``l1@3`` outcome teaches ``l1@3`` and the pooled ``l1``."""
+    names = [outcome_name("l1", "root", 0, m) for m in (-0.3, 0.0, 0.02, 0.07, 0.1, 0.5, 1.0)]
+    assert names == ["l1@0", "l1@0", "l1@1", "l1@2", "l1@3", "l1@4", "l1@4"]
+    assert outcome_name(PLD, "root", 2, 0.5) == PLD + "#2" and outcome_name("l1", "l1") == "l1"
+    assert pooled("l1@3") == "l1" and pooled(PLD + "#1") == PLD and pooled(PLD + "+") == PLD + "+"
+    policy = DyTCPolicy(["l1"], DyTCConfig(warmup=0, ema_weight=1.0, window=4))
+    policy.observe_step([("l1@3", False)] * 4, 1, 0.04, {})
+    assert {name: e.count for name, e in policy.alpha.items() if e.count} == {"l1@3": 4, "l1": 4}
+    assert policy.alpha["l1@3"].alpha == policy.alpha["l1"].alpha == 0.0
+
+
+class _Margined(SimDrafter):
+    """A `SimDrafter` whose model-drafted chain nodes all report one margin."""
+
+    def __init__(self, world: World, margin: float) -> None:
+        super().__init__(world, random.Random(0), 32, 16)
+        self.value = margin
+
+    def margin(self, node: int) -> float | None:
+        return self.value if self.draft[node] not in (PLD, RECYCLE, "root") else None
+
+
+def test_a_model_chain_is_drafted_a_token_at_a_time_and_stops_at_an_unsure_token() -> None:
+    """Tokens of margin < 0.02 have been wrong, of margin >= 0.2 right: below a drafted token
+    the draft is unsure of, nothing more is drafted (one forward, not the k planned); below
+    sure ones the chain goes on, each node valued by its margin's estimate."""
+    policy = _timed_policy(draft_seconds=0.004, alpha=0.9, siblings=1)
+    policy.observe_step([("l1@0", False)] * 30 + [("l1@4", True)] * 30, 1, 0.04, {})
+    assert policy.alpha["l1@0"].alpha < 0.05 and policy.alpha["l1@4"].alpha > 0.95
+    world = World(CURVES["linear"], {"l1": 0.9}, {"l1": 0.004})
+    assert policy.plan(_drafter(world), TreeEstimate(), ["l1"]).k > 1  # type: ignore[union-attr]
+    unsure, sure = _Margined(world, 0.01), _Margined(world, 0.5)
+    reach = policy.grow(unsure, ["l1"])
+    assert unsure.size() == 2 and unsure.calls == {"l1": 1}
+    assert reach[1] == policy.alpha["l1@0"].alpha
+    reach = policy.grow(sure, ["l1"])
+    assert sure.size() > 4 and reach[1] == policy.alpha["l1@4"].alpha
+
+
 def test_predicted_ewif_is_the_tree_formula_on_the_grown_tree() -> None:
     """The score of an expansion is `tree_ewif` of `expected_tree_tokens` of the tree it would
     grow: the policy's chain increment is that formula, not a copy that could drift from it."""
@@ -420,19 +482,24 @@ def test_a_costly_good_draft_returns_after_a_bad_stretch() -> None:
     """The lock-out the bench met: a draft that pays only above an estimate of ~0.8 (c = 0.7)
     had a bad stretch that left its estimate above the prior (0.6) but below where it pays.
     Untested, it used to stay there (only a timing re-probe every `explore_horizon` steps gave
-    it one outcome); relaxing toward its long-run mean brings it back within ~50 steps."""
-    world = World(CURVES["linear"], {"good": 0.93}, {"good": 0.7 * 0.040}, noise=0.0)
-    policy = DyTCPolicy(["good"])
-    for size in (1, 2, 4, 8, 16):
-        policy.observe_step([], size, world.verify(size), {})
-    for _ in range(2):  # timed (the first timing is discarded)
-        policy.observe_step([], 1, world.verify(1), {"good": (1, 0.7 * 0.040)})
-    outcomes = [True] * 200 + [True, True, False] * 7  # the last 21: 14 accepted
-    policy.observe_step([("good", ok) for ok in outcomes], 1, world.verify(1), {})
-    stuck = policy.alpha["good"].alpha
-    assert 0.6 < stuck < 0.75
-    _, policy, sizes = run_dytc(world, 300, seed=7, drafts=("good",), policy=policy)
-    assert sum(size > 1 for size in sizes[100:]) > 150
+    it one outcome; under that rule it drafts in 6 of these 600 steps); relaxing toward its
+    long-run mean brings it back. How soon varies with the path (the short chains drafted here
+    flush the outcome window slowly): in 66-200 of each seed's last 200 steps."""
+    drafting = 0
+    for seed in (7, 8, 9):
+        world = World(CURVES["linear"], {"good": 0.93}, {"good": 0.7 * 0.040}, noise=0.0)
+        policy = DyTCPolicy(["good"])
+        for size in (1, 2, 4, 8, 16):
+            policy.observe_step([], size, world.verify(size), {})
+        for _ in range(2):  # timed (the first timing is discarded)
+            policy.observe_step([], 1, world.verify(1), {"good": (1, 0.7 * 0.040)})
+        outcomes = [True] * 200 + [True, True, False] * 7  # the last 21: 14 accepted
+        policy.observe_step([("good", ok) for ok in outcomes], 1, world.verify(1), {})
+        stuck = policy.alpha["good"].alpha
+        assert 0.6 < stuck < 0.75
+        _, policy, sizes = run_dytc(world, 300, seed=seed, drafts=("good",), policy=policy)
+        drafting += sum(size > 1 for size in sizes[100:])
+    assert drafting > 200  # of 600
 
 
 def test_exploration_recovers_from_a_load_spike() -> None:

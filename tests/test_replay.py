@@ -131,11 +131,11 @@ def test_replay_drafter_grows_a_level_chain_with_siblings_and_verifies_it() -> N
     assert d.alternatives(4, "good", 2) == [0.9, 0.05]  # after node 4: a fourth forward
     assert d.charged["good"][0] == 4
     # Verified against the answer: the chain is accepted; the runner-up is never tested.
-    assert d.verify() == ([1, 3, 4], [("good", True)] * 3)
+    assert d.verify() == ([1, 3, 4], [("good@4", True)] * 3)  # margin 0.9 - 0.05: the top bin
     # The bad level: one rejected chain node, tested once; nothing accepted.
     bad = _drafter(_recorded([1, 2, 3]), committed=2)
     bad.expand(0, "bad", 2, 1)
-    assert bad.tokens == [11, 999, 999] and bad.verify() == ([], [("bad", False)])
+    assert bad.tokens == [11, 999, 999] and bad.verify() == ([], [("bad@4", False)])
 
 
 def test_replay_drafter_lookup_and_recycled_chains() -> None:

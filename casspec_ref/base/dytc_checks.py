@@ -39,6 +39,20 @@ def check_dytc_config(cfg: Any) -> None:
             raise ValueError(f"DyTCConfig.{name}={value!r} is invalid: allowed {allowed}")
 
 
+def check_draft_names(drafts: Sequence[str], reserved: Sequence[str]) -> None:
+    """A model draft's name may not be a free draft's nor hold the characters finer estimates'
+    names are built with (``#``, ``@``), nor end in ``+``."""
+    for name in drafts:
+        if not isinstance(name, str) or not name or name in reserved:
+            raise ValueError(f"draft name {name!r} is invalid: allowed is a non-empty string "
+                             f"other than {list(reserved)}")  # fmt: skip
+        if "#" in name or "@" in name or name.endswith("+"):
+            raise ValueError(
+                f"draft name {name!r} is invalid: it may not contain '#' or '@' nor end in '+' "
+                "(DyTC builds its estimates' names with them)"
+            )
+
+
 def check_prior(prior: float) -> None:
     if not 0.0 <= prior <= 1.0:
         raise ValueError(f"prior={prior!r} is invalid: allowed is a probability in [0, 1]")

@@ -122,6 +122,7 @@ class ReplayDrafter:
         self.bookkeeping = 0.0  # seconds around the draft calls (not charged to a draft)
         self._lookups: dict[int, list[int]] = {}
         self._matched: dict[int, int] = {}  # node -> the length of lookup's match below it
+        self._margins: dict[int, float] = {}  # chain-continuing model-drafted node -> margin
         self._fed: set[tuple[str, int]] = set()  # (level, node): one forward each
 
     # -- bookkeeping ---------------------------------------------------------------------------
@@ -179,6 +180,9 @@ class ReplayDrafter:
     def match(self, node: int) -> int:
         return self._matched.get(node, 0)
 
+    def margin(self, node: int) -> float | None:
+        return self._margins.get(node)
+
     def offers(self, node: int, draft: str) -> int:
         if draft == PLD:
             if node not in self._lookups:
@@ -208,7 +212,9 @@ class ReplayDrafter:
         if count < 1 or self.room(node) < 1:
             return []
         ids, probs = self.predictions(level, node)
-        return [(self._add(node, ids[j], level, j == 0), probs[j]) for j in range(count)]
+        added = [(self._add(node, ids[j], level, j == 0), probs[j]) for j in range(count)]
+        self._margins[added[0][0]] = probs[0] - probs[1]  # greedy: the top token's margin
+        return added
 
     def expand(self, node: int, draft: str, k: int, width: int) -> Grown:
         if draft == PLD:
@@ -249,7 +255,9 @@ class ReplayDrafter:
                 i = self.index[child]
                 ok = i < len(answer) and self.tokens[child] == answer[i]
                 if self.primary[child]:
-                    name = outcome_name(self.source[child], self.source[node], self.match(node))
+                    name = outcome_name(
+                        self.source[child], self.source[node], self.match(node), self.margin(child)
+                    )
                     tested.append((name, ok))
                 nxt = child if ok and nxt is None else nxt
             if nxt is None:
