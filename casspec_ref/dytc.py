@@ -501,7 +501,7 @@ class DyTCPolicy:
         w = self.config.confidence_weight
         has_child: set[int] = set()
         for node, parent, confidence in added:  # parents first
-            margin = None if parent in has_child else drafter.margin(node)
+            margin = drafter.margin(node)  # known for a chain-continuing model node only
             name = outcome_name(draft, tree.drafts[parent], drafter.match(parent), margin)
             alpha = self.alpha[name].alpha
             if parent in has_child:

@@ -3,6 +3,8 @@ tree from the verifier's coins, and option validation."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import pytest
 import torch
@@ -13,6 +15,7 @@ from casspec_ref.config import tiny_llama
 from casspec_ref.draft import DraftSampling, StepDrafter
 from casspec_ref.dsia.prompt_lookup import PromptLookup
 from casspec_ref.dsia.virtual_draft import DraftRunner
+from casspec_ref.dytc import outcome_name
 from casspec_ref.kv_cache import KVCache
 from casspec_ref.model import Transformer
 from casspec_ref.plan import ExecutionPlan
@@ -217,3 +220,21 @@ def test_dytc_learns_a_lookups_first_token_by_its_match_length() -> None:
     assert (policy.alpha["pld#2"].count, policy.alpha["pld#2"]._sum) == (1, 1.0)
     assert (policy.alpha["pld"].count, policy.alpha["pld+"].count) == (1, 2)
     assert policy.alpha["pld#1"].count == policy.alpha["pld#3"].count == 0
+
+
+def test_dytc_learns_a_model_drafted_token_by_its_margin() -> None:
+    """A model chain DyTC drafted teaches each token's margin bin (the drafter's margin, binned
+    by `outcome_name`) and the draft's pooled estimate; a sibling teaches neither."""
+    model = _model()
+    drafter, _ = _drafter(model, DraftSampling())
+    grown = drafter.expand(0, "skip", 2, 2)  # a chain of 2 and one sibling of its first token
+    (first, _, _), (second, _, _), (sibling, _, _) = grown
+    names = [outcome_name("skip", "x", 0, drafter.margin(n)) for n in (first, second)]
+    assert drafter.margin(sibling) is None and all(n.startswith("skip@") for n in names)
+    schedule = SCHEDULES["cas-spec"](ScheduleSpec(list(LEVELS), model.config.n_layers))
+    policy = schedule.policy
+    schedule.observe(drafter, [first], 0.01)  # the second chain token is rejected
+    bins = {name: e.count for name, e in policy.alpha.items() if "@" in name and e.count}
+    assert bins == dict(Counter(names))
+    assert policy.alpha["skip"].count == 2 and policy.alpha["skip"]._sum == 1.0
+    assert policy.margins_known("skip") and not policy.margins_known("exit")
