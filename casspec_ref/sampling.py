@@ -23,11 +23,13 @@ def target_law(
     temperature, then top-k, then top-p. ``logits`` may hold ``-inf``, not NaN or ``+inf``."""
     x = checks.check_logits(logits, temperature, top_k, top_p)
     if temperature == 0:
-        # torch.argmax returns the first maximal index: ties go to the lowest token id.
+        # torch.argmax returns the first maximal index: ties go to the lowest token id (in the
+        # logits' own dtype: float64 would hold the same values, so the same index).
         best = x.argmax(dim=-1, keepdim=True)  # (..., 1)
-        return torch.zeros_like(x).scatter_(-1, best, 1.0)  # (..., V)
+        law = torch.zeros(x.shape, dtype=torch.float64, device=x.device)  # (..., V)
+        return law.scatter_(-1, best, 1.0)
 
-    x = x / temperature
+    x = x.to(torch.float64) / temperature
     if 0 < top_k < x.shape[-1]:
         # A stable descending sort keeps lower ids first among equal logits.
         order = torch.sort(x, dim=-1, descending=True, stable=True).indices  # (..., V)

@@ -183,3 +183,21 @@ def test_tree_arguments_are_checked_with_exact_messages():
     )
     with pytest.raises(ValueError, match=shared):
         tree.add_child(0, 1, ChildRule.WITHOUT_REPLACEMENT, np.array([0.25, 0.75]))
+
+
+def test_greedy_law_of_float32_logits_is_that_of_their_float64_values():
+    """The greedy law takes the argmax in the logits' own dtype (no float64 copy of N x V):
+    the same one-hot rows, in float64, as from the float64 values, ties and -inf included; the
+    checks read one row maximum and keep their order (NaN before an all -inf row)."""
+    gen = torch.Generator().manual_seed(0)
+    rows = torch.randn(6, 300, generator=gen).to(torch.float32)
+    rows[1, 7] = rows[1, 200] = rows[1].max() + 1.0  # a tie: the lowest id wins
+    rows[2, :150] = float("-inf")
+    law32, law64 = target_law(rows, 0.0), target_law(rows.double(), 0.0)
+    assert law32.dtype == torch.float64 and torch.equal(law32, law64)
+    assert law32[1].nonzero().flatten().tolist() == [7]
+    both = torch.tensor([[0.0, float("nan")], [float("-inf"), float("-inf")]])
+    with pytest.raises(ValueError, match=r"^logits contain NaN"):
+        target_law(both, 0.0)
+    with pytest.raises(ValueError, match=r"^logits contain NaN or \+inf"):
+        target_law(torch.tensor([[float("-inf"), float("inf")]]), 0.0)

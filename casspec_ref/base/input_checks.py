@@ -33,8 +33,9 @@ def validate_sampling(temperature: float, top_k: int, top_p: float) -> None:
 def check_logits(
     logits: torch.Tensor, temperature: float, top_k: int, top_p: float
 ) -> torch.Tensor:
-    """The sampling settings, and logits (..., V) that a law can be made from; returns them in
-    float64. Every row needs at least one finite logit."""
+    """The sampling settings, and logits (..., V) that a law can be made from; returns them
+    detached, in their own dtype (float64 holds every value exactly). Every row needs at least
+    one finite logit."""
     validate_sampling(temperature, top_k, top_p)
     if not isinstance(logits, torch.Tensor):
         raise ValueError(f"logits must be a torch.Tensor, got {type(logits).__name__}")
@@ -42,10 +43,13 @@ def check_logits(
         raise ValueError(f"logits must have shape (..., V) with V >= 1, got {tuple(logits.shape)}")
     if not (logits.is_floating_point()):
         raise ValueError(f"logits must be a floating-point tensor, got dtype {logits.dtype}")
-    x = logits.detach().to(torch.float64)
-    if torch.isnan(x).any() or torch.isposinf(x).any():
+    x = logits.detach()
+    # One pass: a row's maximum is NaN if the row holds a NaN, +inf if it holds +inf (and no NaN),
+    # -inf only if every entry is -inf.
+    row_max = x.amax(dim=-1)  # (...)
+    if torch.isnan(row_max).any() or torch.isposinf(row_max).any():
         raise ValueError("logits contain NaN or +inf; only finite values and -inf are allowed")
-    if torch.isneginf(x).all(dim=-1).any():
+    if torch.isneginf(row_max).any():
         raise ValueError("a row of logits is entirely -inf: no token can be sampled")
     return x
 
