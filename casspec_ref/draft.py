@@ -73,7 +73,8 @@ class StepDrafter:
         self.charged: dict[str, tuple[int, float]] = {}  # per draft: (calls, seconds)
         self._lookups: dict[int, list[int]] = {}
         self._matched: dict[int, int] = {}  # node -> the length of lookup's match below it
-        self._margins: dict[int, float] = {}  # chain-continuing model-drafted node -> margin
+        self._law_of: dict[int, tuple[str, int]] = {}  # chain-continuing model node -> law key
+        self._margins: dict[int, float] = {}  # its margin, once asked for
         self._laws: dict[tuple[str, int], tuple[np.ndarray | None, np.ndarray]] = {}
 
     def size(self) -> int:
@@ -159,10 +160,8 @@ class StepDrafter:
         for rank, token in enumerate(tokens):
             child = self.add_node(node, token, NodeInfo(level, rank == 0), rule, law)
             added.append((child, float(confidence[token])))
-        if added:  # the chain's token: how much more the draft believes it than any other
-            second, first = np.partition(confidence, -2)[-2:]
-            p = added[0][1]
-            self._margins[added[0][0]] = p - (first if p < first else second)
+        if added:  # the chain's token: its margin is read from this law if asked (`margin`)
+            self._law_of[added[0][0]] = (level, node)
         return added
 
     def time_target(self, sizes: Sequence[int]) -> dict[int, float]:
@@ -197,7 +196,13 @@ class StepDrafter:
         return self._matched.get(node, 0)
 
     def margin(self, node: int) -> float | None:
-        """A chain-continuing model-drafted node's margin (`casspec_ref.dytc.outcome_name`)."""
+        """A chain-continuing model-drafted node's margin (`casspec_ref.dytc.outcome_name`),
+        computed when first asked: only DyTC asks, so a fixed schedule pays nothing for it."""
+        if node not in self._margins and node in self._law_of:
+            confidence = self._laws[self._law_of[node]][1]  # (V,)
+            second, first = np.partition(confidence, -2)[-2:]
+            p = confidence[self.tree.token(node)]
+            self._margins[node] = float(p - (first if p < first else second))
         return self._margins.get(node)
 
     def add_chain(self, node: int, tokens: Sequence[int], source: str) -> list[int]:

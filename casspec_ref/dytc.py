@@ -43,6 +43,11 @@ def outcome_name(draft: str, parent_draft: str, match: int = 0, margin: float | 
     return f"{PLD}#{min(match, 3)}" if draft == PLD and match > 0 else draft
 
 
+def margin_names(draft: str) -> list[str]:
+    """The names of model draft `draft`'s per-margin-bin estimates (as `outcome_name` makes)."""
+    return [f"{draft}@{b}" for b in range(len(MARGINS) + 1)]
+
+
 def pooled(name: str) -> str:
     """The draft's own estimate behind a finer one (``pld#2`` -> ``pld``, ``l1@3`` -> ``l1``)."""
     return name.split("#")[0].split("@")[0]
@@ -331,7 +336,7 @@ class DyTCPolicy:
                 prior, weight=cfg.ema_weight, window=cfg.window, warmup=warmup
             )
 
-        finer = [f"{d}@{b}" for d in self.drafts for b in range(len(MARGINS) + 1)]
+        finer = [name for d in self.drafts for name in margin_names(d)]
         finer += [outcome_name(n, n) for n in FREE_DRAFTS]
         finer += [outcome_name(PLD, "", m) for m in (1, 2, 3)]
         self.alpha = {name: estimator(name) for name in [*names, *finer]}
@@ -385,8 +390,7 @@ class DyTCPolicy:
 
     def margins_known(self, draft: str) -> bool:
         """True once an outcome of model draft `draft` came with its margin (`outcome_name`)."""
-        bins = [self.alpha.get(f"{draft}@{b}") for b in range(len(MARGINS) + 1)]  # none if free
-        return any(e is not None and e.count > 0 for e in bins)
+        return any(self.alpha[n].count > 0 for n in margin_names(draft) if n in self.alpha)
 
     def cost(self, draft: str) -> float:
         """c of a draft: one call's predicted seconds over a plain step's."""
