@@ -146,6 +146,43 @@ def test_one_row_split_shortcut_gives_run_forms_bits(monkeypatch: pytest.MonkeyP
         kernels.exact_linear(torch.randn(1, 64), torch.randn(41, 64), None)
 
 
+@needs_packed
+def test_packed_shortcut_gives_run_forms_bits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`exact_linear` runs an unpadded ``packed`` product on an already packed, unchanged weight
+    without `run_form`; it must give `run_form`'s exact bits, with and without bias, for any
+    leading shape and a strided input, and hand back to `run_form` when the weight is not packed
+    yet, was changed in place, or the input is in another dtype (which `run_form` refuses)."""
+    gen = torch.Generator().manual_seed(6)
+    w, b = torch.randn(96, 64, generator=gen), torch.randn(96, generator=gen)
+    rows = range(1, 6)
+    kernels.use_table(KernelTable({(96, 64, torch.float32, r): Form("packed") for r in rows}))
+    calls: list[str] = []
+    real_run_form = kernels.run_form
+
+    def spy(form: Form, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+        calls.append(str(form))
+        return real_run_form(form, x, w, b)
+
+    monkeypatch.setattr(kernels, "run_form", spy)
+    kernels.exact_linear(torch.randn(2, 64, generator=gen), w, None)
+    assert calls == ["packed"]  # the first call packs the weight
+    wide = torch.randn(1, 3, 128, generator=gen)[..., ::2]  # three rows, not contiguous
+    for x in (torch.randn(4, 64, generator=gen), torch.randn(1, 5, 64, generator=gen), wide):
+        for bias in (None, b):
+            want = real_run_form(Form("packed"), x, w, bias)
+            got = kernels.exact_linear(x, w, bias)
+            assert got.shape == want.shape == (*x.shape[:-1], 96)
+            assert torch.equal(got, want), (tuple(x.shape), bias is None)
+    assert calls == ["packed"]  # the shortcut, every time
+    w.mul_(-1)  # changed in place: packed again, by run_form
+    x = torch.randn(3, 64, generator=gen)
+    torch.testing.assert_close(kernels.exact_linear(x, w, None), x @ w.T)
+    assert calls == ["packed", "packed"]
+    kernels.use_table(KernelTable({(96, 64, torch.float64, 3): Form("packed")}))
+    with pytest.raises(ValueError, match="'packed' needs a CPU build .* got torch.float64 on cpu"):
+        kernels.exact_linear(x.double(), w, None)
+
+
 def test_bad_forms_are_refused() -> None:
     for text in ("gemv", "wxt@1", "linear@17", "wxt@x", "@4", "split@0"):
         with pytest.raises(ValueError, match="kernel form"):

@@ -55,8 +55,8 @@ DEFAULT_MARGIN = 0.10
 #: The way tables are measured; part of the cache key, so a table measured an older way is
 #: measured again (2: weight copies stream past the last-level cache, `stream_bytes_default`;
 #: 3: row counts above 16 are measured by class, `ROW_CLASSES`; 4: forms are timed through
-#: `apply_form`, as decoding calls them).
-CALIBRATION = "4"
+#: `apply_form`, as decoding calls them; 5: `apply_form` runs a packed product directly).
+CALIBRATION = "5"
 #: Accepted values of the ``CASSPEC_KERNELS`` environment variable.
 MODES = ("auto", "calibrate", "default")
 ENV_VAR = "CASSPEC_KERNELS"

@@ -216,13 +216,18 @@ def apply_form(
     form: Form, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
 ) -> torch.Tensor:
     """``x @ weight.T + bias`` in ``form`` as decoding asks for it (and calibration times it):
-    `run_form`, except for the two most frequent products, called directly: an unpadded
-    ``linear`` and a one-row ``split`` (the naive loop's every product)."""
-    if form.base == "linear" and not form.pad_to:
+    `run_form`, except for the three most frequent products, called directly: an unpadded
+    ``linear``, a one-row ``split`` (the naive loop's every product) and an unpadded ``packed``
+    whose weight is already packed (most products of a verify forward)."""
+    if form.pad_to:
+        return run_form(form, x, weight, bias)
+    if form.base == "linear":
         return F.linear(x, weight, bias)
-    if form.base == "split" and not form.pad_to and weight.shape[0] % 2 == 0:
+    if form.base == "split" and weight.shape[0] % 2 == 0:
         if x.numel() == x.shape[-1] and x.is_contiguous():  # one row
             return _split_one_row(x, weight, bias)
+    if form.base == "packed":
+        return _packed_rows(x, weight, bias)
     return run_form(form, x, weight, bias)  # (which refuses an odd split)
 
 
@@ -237,3 +242,23 @@ def _split_one_row(
     column = x.as_strided((2, in_f, 1), (0, 1, in_f), x.storage_offset())  # (2, in, 1), a view
     out = torch.bmm(weight.view(2, out_f // 2, in_f), column).view(*x.shape[:-1], out_f)
     return out if bias is None else out + bias
+
+
+@functools.cache
+def _linear_pointwise() -> torch._ops.OpOverload:
+    """oneDNN's inner product, resolved once (only asked for where it exists: `_packed_rows`)."""
+    return torch.ops.mkldnn._linear_pointwise.default
+
+
+def _packed_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """`run_form`'s unpadded ``packed`` product without its general bookkeeping, for a weight
+    packed before and unchanged since (otherwise `run_form`, which packs it and checks that the
+    form can run): most products of a verify forward, where that bookkeeping is a measurable
+    share (docs/design.md, `base/kernels.py`). The same call on the same operands (tested)."""
+    hit = _PACKED.get(id(weight))
+    if hit is None or hit[0] != tensor_stamp(weight) or not x.is_cpu or x.dtype != weight.dtype:
+        return run_form(Form("packed"), x, weight, bias)
+    rows = x.reshape(-1, x.shape[-1]).contiguous()  # (N, in), row-major as calibrated
+    out = _linear_pointwise()(rows, hit[1], None, "none", [], "")  # (N, out)
+    out = out if bias is None else out + bias
+    return out.view(*x.shape[:-1], weight.shape[0])  # (..., out)
