@@ -104,3 +104,32 @@ def test_the_head_decides_a_peaked_row_on_the_cpu(monkeypatch):
     keep = nucleus.top_p_keep(probs, 0.9)
     assert calls == []
     assert torch.equal(keep, full_sort_reference(probs, 0.9))
+
+
+def test_a_batch_is_decided_by_one_head_and_only_its_hard_rows_go_alone(monkeypatch):
+    """All rows' first heads are taken at once; a row the head cannot decide (a tie at the k-th
+    probability beyond the head, or a head short of top_p) is done alone, and only that row
+    reaches the full sort when its head outgrows a quarter of V. Every row equals the rule."""
+    calls = spy_on_the_full_sort(monkeypatch)
+    alone: list[int] = []
+    real_keep_row = nucleus._keep_row
+
+    def spy_keep_row(row: torch.Tensor, top_p: float, k: int) -> torch.Tensor:
+        alone.append(int(row.shape[0]))
+        return real_keep_row(row, top_p, k)
+
+    monkeypatch.setattr(nucleus, "_keep_row", spy_keep_row)
+    v = 64
+    peaked = torch.full((v,), 1.0, dtype=torch.float64)
+    peaked[5], peaked[9] = 400.0, 300.0  # the head of 2 holds 700 / 762 > 0.9
+    tied = peaked.clone()
+    tied[11] = 300.0  # ties the 2nd largest: 3 tokens >= tau, not 2
+    flat = torch.linspace(1.5, 1.0, v, dtype=torch.float64)  # no ties; needs most of V
+    probs = torch.stack([peaked, tied, flat, peaked.roll(7)])
+    probs = probs / probs.sum(dim=-1, keepdim=True)  # (4, V)
+    keep = nucleus.top_p_keep(probs, 0.9, first_head=2)
+    assert torch.equal(keep, full_sort_reference(probs, 0.9))
+    sizes = keep.sum(dim=-1).tolist()
+    assert sizes[:2] == [2, 3] and sizes[2] > v // 4 and sizes[3] == 2
+    assert alone == [v, v]  # the tied row and the flat row, nothing else
+    assert calls == [torch.Size([v])]  # the flat row alone reached the full sort

@@ -58,7 +58,18 @@ def draft_tree(state):
     parts[N]["draft total"] += el; parts[N]["draft fwd+lookup"] += d.seconds()
     return d
 S.draft_tree = draft_tree
-orig_observe = None
+OBS = [0.0, 0]
+orig_step = S.speculative_step
+def speculative_step(state):
+    if not OBS[1]:
+        orig_obs = state.schedule.observe
+        def observe(*a, **k):
+            t = clock(); r = orig_obs(*a, **k); OBS[0] += clock() - t; return r
+        state.schedule.observe = observe
+    OBS[1] += 1
+    r = orig_step(state)
+    return r
+S.speculative_step = speculative_step
 policy = DyTCPolicy([p.name for p in S.default_drafts(model)]) if method == "cas-spec" else None
 tot = collections.Counter()
 for q in qs:
@@ -66,6 +77,7 @@ for q in qs:
     kw = {"policy": policy} if policy else {}
     t = clock()
     # observe is timed from the outside: step total minus draft and verify
+    OBS[1] = 0
     r = S.generate_speculative(model, ids, 128, method=method, stop_ids=tok.stop_ids, **kw)
     tot["wall"] += clock() - t; tot["tokens"] += len(r.tokens); tot["steps"] += r.stats["steps"]
 print(f"{method}: {tot['tokens']} tokens, {tot['steps']} steps, {tot['wall']:.2f} s, {tot['tokens']/tot['wall']:.1f} tok/s")
@@ -78,4 +90,5 @@ for N in sorted(counts):
     print(f"{N:4d} {c:6d} " + " ".join(f"{1000*parts[N][k]/c:12.2f}" for k in names))
 c = sum(counts.values())
 print(" all", f"{c:6d}", " ".join(f"{1000*agg[k]/c:12.2f}" for k in names))
+print(f"observe: {OBS[0]:.2f} s in all, {1000 * OBS[0] / max(1, tot['steps']):.2f} ms a step")
 print("seconds:", {k: round(v, 2) for k, v in agg.items()}, "other (observe, emit, loop):", round(tot["wall"] - agg["verify total"] - agg["draft total"], 2))
