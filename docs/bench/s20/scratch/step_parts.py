@@ -1,7 +1,9 @@
 """Where a speculative step's time goes outside the target forward, on SmolLM2: the verify step
 split into its parts (inputs and mask, forward, law, numpy copy, verifier, commit, recycler) and
 the drafting split into forwards and planning, per tree size, for one method over N held-out
-questions. Usage: step_parts.py METHOD [N]. Patches the loop's pieces in its own process."""
+questions (greedy, or sampling at temperature TEMP with top-p 0.9; 128 new tokens, or 96 when
+sampling). Usage: step_parts.py METHOD [N [TEMP]]. Patches the loop's pieces in its own
+process."""
 import os, sys, time, collections
 os.environ.setdefault("CASSPEC_KERNELS", "auto")
 import torch, numpy as np
@@ -13,6 +15,8 @@ from casspec_ref.dytc import DyTCPolicy
 model, tok = load_model()
 method = sys.argv[1]
 n = int(sys.argv[2]) if len(sys.argv) > 2 else 6
+temp = float(sys.argv[3]) if len(sys.argv) > 3 else 0.0
+sampling = dict(temperature=temp, top_p=0.9, seed=1) if temp else {}
 qs = load_questions(default_questions_path("prompts_heldout"))[:n]
 parts = collections.defaultdict(lambda: collections.defaultdict(float))
 counts = collections.Counter()
@@ -78,7 +82,7 @@ for q in qs:
     t = clock()
     # observe is timed from the outside: step total minus draft and verify
     OBS[1] = 0
-    r = S.generate_speculative(model, ids, 128, method=method, stop_ids=tok.stop_ids, **kw)
+    r = S.generate_speculative(model, ids, 96 if temp else 128, method=method, stop_ids=tok.stop_ids, **kw, **sampling)
     tot["wall"] += clock() - t; tot["tokens"] += len(r.tokens); tot["steps"] += r.stats["steps"]
 print(f"{method}: {tot['tokens']} tokens, {tot['steps']} steps, {tot['wall']:.2f} s, {tot['tokens']/tot['wall']:.1f} tok/s")
 names = ["inputs+mask", "forward", "law", "numpy", "verify_tree", "commit", "recycler", "verify total", "draft fwd+lookup", "draft total"]
