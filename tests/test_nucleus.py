@@ -133,3 +133,23 @@ def test_a_batch_is_decided_by_one_head_and_only_its_hard_rows_go_alone(monkeypa
     assert sizes[:2] == [2, 3] and sizes[2] > v // 4 and sizes[3] == 2
     assert alone == [v, v]  # the tied row and the flat row, nothing else
     assert calls == [torch.Size([v])]  # the flat row alone reached the full sort
+
+
+def test_ties_inside_a_batched_head_go_to_the_lower_id_and_big_heads_sort_it_all(monkeypatch):
+    """Three equal probabilities fill a head of 3 (`topk` returns them in no set order); the cut
+    falls between them, so the lower ids must be the ones kept, as the stable sort keeps them.
+    A first head over a quarter of V is not taken: every row goes to the full sort."""
+    row = torch.full((64,), 0.001, dtype=torch.float64)
+    row[[40, 3, 50]] = 3.0
+    row[17] = 1.0
+    probs = torch.stack([row, row.roll(5)]) / row.sum()  # (2, 64)
+    for top_p in (0.2, 0.4, 0.6):
+        keep = nucleus.top_p_keep(probs, top_p, first_head=3)
+        assert torch.equal(keep, full_sort_reference(probs, top_p)), top_p
+    assert nucleus.top_p_keep(probs, 0.4, first_head=3)[0].nonzero().flatten().tolist() == [3, 40]
+    row[row < 1] = torch.linspace(0.001, 0.002, 60, dtype=torch.float64)  # no ties at tau
+    probs = torch.stack([row, row.roll(5)]) / row.sum()
+    calls = spy_on_the_full_sort(monkeypatch)
+    keep = nucleus.top_p_keep(probs, 0.4, first_head=17)
+    assert torch.equal(keep, full_sort_reference(probs, 0.4))
+    assert calls == [torch.Size([64]), torch.Size([64])]
