@@ -2,7 +2,9 @@
 split into its parts (inputs and mask, forward, law, numpy copy, verifier, commit, recycler) and
 the drafting split into forwards and planning, per tree size, for one method over N held-out
 questions (greedy, or sampling at temperature TEMP with top-p 0.9; 128 new tokens, or 96 when
-sampling). Usage: step_parts.py METHOD [N [TEMP]]. Patches the loop's pieces in its own
+sampling). Run against a package with the reverted lazy laws (`sampling.NodeLaws`,
+lazy_laws.txt) it times those, unless EAGER_LAWS=1.
+Usage: step_parts.py METHOD [N [TEMP]]. Patches the loop's pieces in its own
 process."""
 import os, sys, time, collections
 os.environ.setdefault("CASSPEC_KERNELS", "auto")
@@ -29,6 +31,7 @@ orig_forward = model.forward
 orig_law = S.target_law
 orig_verify = S.verify_tree
 CUR = [0]
+LAZY = hasattr(S, "NodeLaws") and os.environ.get("EAGER_LAWS") != "1"
 def verify_step(state, drafter):
     t0 = clock()
     tree, cache, base = drafter.tree, state.cache, state.cache.length
@@ -42,8 +45,11 @@ def verify_step(state, drafter):
     P["inputs+mask"] += clock() - t
     t = clock(); logits = orig_forward(node_tokens, positions, cache=cache, attn_mask=mask); P["forward"] += clock() - t
     s = state.sampling
-    t = clock(); law = orig_law(logits[0], s.temperature, s.top_k, s.top_p); P["law"] += clock() - t
-    t = clock(); tp = law.cpu().numpy(); P["numpy"] += clock() - t
+    if LAZY:  # the reverted variant: laws made as the verifier reads them (timed in verify_tree)
+        tp = S.NodeLaws(logits[0], s.temperature, s.top_k, s.top_p)
+    else:  # every node's law first, as the loop does
+        t = clock(); law = orig_law(logits[0], s.temperature, s.top_k, s.top_p); P["law"] += clock() - t
+        t = clock(); tp = law.cpu().numpy(); P["numpy"] += clock() - t
     remaining = state.max_new_tokens - len(state.tokens)
     t = clock(); result = orig_verify(tree, tp, state.rng, stop_ids=state.stops, max_accept=remaining - 1); P["verify_tree"] += clock() - t
     t = clock(); cache.commit(base, [0, *result.accepted]); P["commit"] += clock() - t
