@@ -111,6 +111,19 @@ def test_exact_linear_reads_the_active_table(monkeypatch: pytest.MonkeyPatch) ->
     assert kernels.active_table().form_for(40, 24, torch.bfloat16, 1) == Form("wxt", 2)
 
 
+def spy_on_run_form(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record the form of every call of `run_form` (which still answers)."""
+    calls: list[str] = []
+    real = kernels.run_form
+
+    def spy(form: Form, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+        calls.append(str(form))
+        return real(form, x, w, b)
+
+    monkeypatch.setattr(kernels, "run_form", spy)
+    return calls
+
+
 def test_one_row_split_shortcut_gives_run_forms_bits(monkeypatch: pytest.MonkeyPatch) -> None:
     """`exact_linear` runs a one-row ``split`` without `run_form`; it must give `run_form`'s
     exact bits (random float32, so any other operand layout or order shows in the rounding),
@@ -126,14 +139,8 @@ def test_one_row_split_shortcut_gives_run_forms_bits(monkeypatch: pytest.MonkeyP
             assert got.shape == want.shape == (*shape[:-1], 96)
             assert torch.equal(got, want), (shape, bias is None)
     wide = torch.randn(1, 1, 128, generator=gen)[..., ::2]  # one row, not contiguous
-    calls: list[str] = []
     real_run_form = kernels.run_form
-
-    def spy(form: Form, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
-        calls.append(str(form))
-        return real_run_form(form, x, w, b)
-
-    monkeypatch.setattr(kernels, "run_form", spy)
+    calls = spy_on_run_form(monkeypatch)
     kernels.exact_linear(torch.randn(1, 1, 64), w, None)
     assert calls == []  # the shortcut
     assert torch.equal(
@@ -156,14 +163,8 @@ def test_packed_shortcut_gives_run_forms_bits(monkeypatch: pytest.MonkeyPatch) -
     w, b = torch.randn(96, 64, generator=gen), torch.randn(96, generator=gen)
     rows = range(1, 6)
     kernels.use_table(KernelTable({(96, 64, torch.float32, r): Form("packed") for r in rows}))
-    calls: list[str] = []
     real_run_form = kernels.run_form
-
-    def spy(form: Form, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
-        calls.append(str(form))
-        return real_run_form(form, x, w, b)
-
-    monkeypatch.setattr(kernels, "run_form", spy)
+    calls = spy_on_run_form(monkeypatch)
     kernels.exact_linear(torch.randn(2, 64, generator=gen), w, None)
     assert calls == ["packed"]  # the first call packs the weight
     wide = torch.randn(1, 3, 128, generator=gen)[..., ::2]  # three rows, not contiguous
