@@ -200,8 +200,8 @@ class StepDrafter:
         computed when first asked: only DyTC asks, so a fixed schedule pays nothing for it."""
         if node not in self._margins and node in self._law_of:
             confidence = self._laws[self._law_of[node]][1]  # (V,)
-            p, first = confidence[self.tree.token(node)], confidence.max()
-            second = np.delete(confidence, confidence.argmax()).max(initial=-np.inf)  # the others'
+            p, best = confidence[self.tree.token(node)], int(confidence.argmax())
+            first, second = confidence[best], np.delete(confidence, best).max(initial=-np.inf)
             self._margins[node] = float(p - (first if p < first else second))
         return self._margins.get(node)
 

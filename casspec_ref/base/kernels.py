@@ -154,7 +154,7 @@ def run_form(
     elif form.base == "wxt":
         out = (weight @ rows.T).T  # (k, out)
     elif form.base == "packed":
-        out = torch.ops.mkldnn._linear_pointwise(rows, packed_weight(weight), None, "none", [], "")
+        out = _linear_pointwise()(rows, packed_weight(weight), None, "none", [], "")
     else:  # split: (2, out/2, in) blocks times the same (in, k) rows, one batched call
         out_f = weight.shape[0]
         if out_f % 2:
@@ -246,7 +246,8 @@ def _split_one_row(
 
 @functools.cache
 def _linear_pointwise() -> torch._ops.OpOverload:
-    """oneDNN's inner product, resolved once (only asked for where it exists: `_packed_rows`)."""
+    """oneDNN's inner product, resolved once (asked for only after `packed_available`, or for a
+    weight already packed)."""
     return torch.ops.mkldnn._linear_pointwise.default
 
 
