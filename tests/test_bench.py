@@ -131,7 +131,70 @@ def test_harness_end_to_end_on_a_tiny_model(tmp_path: Path, tiny) -> None:
         assert r["mat"] >= 1.0
     ar_overall = next(r for r in records if r["method"] == "ar" and r["group"] == "overall")
     assert ar_overall["speedup"] == pytest.approx(1.0)
-    assert (out / "table.txt").read_text().startswith("method")
+    assert ar_overall["speedup_interval"] == pytest.approx([1.0, 1.0])
+    for r in records:  # an interval for the whole set only, around its figure
+        if r["group"] != "overall":
+            assert r["speedup_interval"] is None
+        else:
+            low, high = r["speedup_interval"]
+            assert low <= r["speedup"] * (1 + 1e-12) and r["speedup"] <= high * (1 + 1e-12)
+    paired = result["paired"]
+    assert paired["target"] == "cas-spec" and set(paired["against"]) == {"pld"}
+    low, high = paired["against"]["pld"]["interval"]
+    assert low <= paired["against"]["pld"]["ratio"] <= high
+    table = (out / "table.txt").read_text()
+    assert table.startswith("method") and "95% interval" in table
+
+
+def _records(walls: list[float], tokens: int = 10) -> list[bench.QuestionRecord]:
+    """One record per question, each `tokens` tokens in the given wall seconds."""
+    return [
+        bench.QuestionRecord(
+            bench.Question(i, "qa", ("q",)), [bench.TurnRecord([0] * tokens, wall, {})]
+        )
+        for i, wall in enumerate(walls)
+    ]
+
+
+def test_bootstrap_interval_on_cases_with_known_answers() -> None:
+    """A statistic that does not depend on the questions has a point interval; the mean of two
+    questions worth 0 and 1 takes 0, 0.5 or 1 (each extreme with probability 1/4, far beyond
+    the 2.5% tails), so its 95% interval is exactly [0, 1]; the seed fixes the interval."""
+    assert bench.bootstrap_interval(lambda idx: 3.0, 7) == (3.0, 3.0)
+    values = [0.0, 1.0]
+    mean = lambda idx: sum(values[i] for i in idx) / len(idx)  # noqa: E731
+    assert bench.bootstrap_interval(mean, 2) == (0.0, 1.0)
+    spread = [0.1 * i for i in range(20)]
+    wide = bench.bootstrap_interval(lambda idx: sum(spread[i] for i in idx) / len(idx), 20)
+    assert wide == bench.bootstrap_interval(lambda idx: sum(spread[i] for i in idx) / len(idx), 20)
+    assert wide[0] < sum(spread) / 20 < wide[1]
+    # The first index of a resample is uniform on 0..99: the 2.5% and 97.5% quantiles of 2000
+    # draws are ~2 and ~97 (cut at the 50th from each end, not at the extremes).
+    low, high = bench.bootstrap_interval(lambda idx: float(idx[0]), 100)
+    assert 1 <= low <= 4 and 95 <= high <= 98
+    for bad in ({"n": 0}, {"n": 3, "level": 1.0}, {"n": 3, "resamples": 0}):
+        with pytest.raises(ValueError, match="bootstrap"):
+            bench.bootstrap_interval(lambda idx: 0.0, **bad)
+
+
+def test_paired_comparison_of_a_uniformly_faster_method_is_exact() -> None:
+    """A method 1.25x faster on every question is 1.25x faster on every resample: ratio and
+    interval are 1.25 exactly (up to rounding), however different the questions are; a method
+    faster on one question only gets an interval that is not a point."""
+    walls = [1.0, 3.0, 0.5, 7.0, 2.0]
+    run = {
+        "ar": _records(walls),
+        "fast": _records([w / 1.25 for w in walls]),
+        "one": _records([walls[0] / 2, *walls[1:]]),
+    }
+    assert bench.speedup_over([run], "fast", "ar", range(5)) == pytest.approx(1.25)
+    paired = bench.paired_comparisons([run, run], ["ar", "fast", "one"], "fast")
+    assert set(paired) == {"one"}
+    against_fast = bench.paired_comparisons([run], ["ar", "one", "fast"], "one")["fast"]
+    assert against_fast["interval"][0] < against_fast["ratio"] < against_fast["interval"][1]
+    exact = bench.paired_comparisons([{**run, "slow": run["ar"]}], ["ar", "fast", "slow"], "fast")
+    assert exact["slow"]["ratio"] == pytest.approx(1.25)
+    assert exact["slow"]["interval"] == pytest.approx((1.25, 1.25))
 
 
 def test_unknown_method_is_rejected(tiny, capsys) -> None:

@@ -19,7 +19,10 @@ Protocol (docs/method.md §7, after Spec-Bench, Xia et al. 2024):
   (the first divergence is printed);
 - speedup as Spec-Bench computes it (the mean over questions of tokens/s, divided by the same mean
   for the naive loop) and as total tokens over total time; MAT pooled over all steps, bonus token
-  included; R runs, mean and standard deviation.
+  included; R runs, mean and standard deviation; for the whole set, a 95% bootstrap interval
+  over the questions (how much the figure depends on which questions were asked, and on the
+  machine's noise in each: `bootstrap_interval`), and each method against every other as the
+  ratio of their speedups with its own paired interval (`paired_comparisons`).
 
 Methods are those of `casspec_ref.speculative.METHODS`, plus ``hf`` and ``hf-pld`` (Hugging Face
 transformers' greedy and prompt-lookup ``generate`` on the same weights) when transformers is
@@ -41,6 +44,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import random
 import statistics
 import subprocess
 import sys
@@ -48,6 +52,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -432,6 +437,63 @@ def _level_counts(records: Sequence[QuestionRecord]) -> dict[str, dict[str, floa
     }
 
 
+#: Resamples and level of the bootstrap intervals the harness reports.
+BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_LEVEL = 0.95
+
+
+def bootstrap_interval(
+    statistic: Callable[[Sequence[int]], float],
+    n: int,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    level: float = BOOTSTRAP_LEVEL,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """The percentile bootstrap interval of ``statistic``, a function of the indices of the
+    questions it is computed over, when the ``n`` questions are drawn again with replacement
+    (seeded: the same records give the same interval). It says how much a figure depends on
+    which questions were asked and on the machine's noise in each; not on a shift of the whole
+    machine between runs, which only more runs show."""
+    if n < 1 or resamples < 1 or not 0 < level < 1:
+        raise ValueError(f"bootstrap needs n >= 1, resamples >= 1, 0 < level < 1; got {n}, "
+                         f"{resamples}, {level}")  # fmt: skip
+    rng = random.Random(seed)
+    values = sorted(statistic([rng.randrange(n) for _ in range(n)]) for _ in range(resamples))
+    tail = int((1 - level) / 2 * resamples)
+    return values[tail], values[resamples - 1 - tail]
+
+
+def speedup_over(
+    runs: Sequence[dict[str, list[QuestionRecord]]], method: str, base: str, idx: Sequence[int]
+) -> float:
+    """Spec-Bench's speedup of ``method`` over ``base`` on the questions ``idx`` (indices into
+    each run's records, repeats allowed), averaged over the runs."""
+    ratios = []
+    for run in runs:
+        mine = statistics.fmean(run[method][i].new_tokens / run[method][i].wall_s for i in idx)
+        theirs = statistics.fmean(run[base][i].new_tokens / run[base][i].wall_s for i in idx)
+        ratios.append(mine / theirs)
+    return statistics.fmean(ratios)
+
+
+def paired_comparisons(
+    runs: Sequence[dict[str, list[QuestionRecord]]], methods: Sequence[str], target: str
+) -> dict[str, dict[str, Any]]:
+    """``target`` against every other method but the naive loop: the ratio of their speedups
+    over the whole set, and its bootstrap interval with the same questions drawn for both
+    (paired: a question that is easy for every method moves both alike)."""
+    n = len(runs[0][target])
+    every = range(n)
+    return {
+        other: {
+            "ratio": speedup_over(runs, target, other, every),
+            "interval": bootstrap_interval(partial(speedup_over, runs, target, other), n),
+        }
+        for other in methods
+        if other not in ("ar", target)
+    }
+
+
 def summarize(
     runs: list[dict[str, list[QuestionRecord]]],
     methods: Sequence[str],
@@ -475,6 +537,14 @@ def summarize(
                     "group": group,
                     "speedup": statistics.fmean(speedups),
                     "speedup_std": statistics.stdev(speedups) if len(speedups) > 1 else 0.0,
+                    # Groups hold 2-3 questions: an interval over them would say little.
+                    "speedup_interval": (
+                        bootstrap_interval(
+                            partial(speedup_over, runs, method, "ar"), len(runs[0][method])
+                        )
+                        if group == "overall"
+                        else None
+                    ),
                     "speedup_total": statistics.fmean(totals),
                     "mat": statistics.fmean(mats) if method != "ar" else 1.0,
                     "tokens_per_s": statistics.fmean(tps_list),
@@ -495,16 +565,29 @@ def summarize(
 def format_table(rows: Sequence[dict[str, Any]]) -> str:
     """A readable table: one line per method and group."""
     header = (
-        f"{'method':<12} {'group':<15} {'speedup':>14} {'total':>7} {'MAT':>6} {'tok/s':>7} equal"
+        f"{'method':<12} {'group':<15} {'speedup':>14} {'95% interval':>16} {'total':>7} "
+        f"{'MAT':>6} {'tok/s':>7} equal"
     )
     lines = [header, "-" * len(header)]
     for row in rows:
+        low_high = row.get("speedup_interval")
+        interval = f"[{low_high[0]:.3f}, {low_high[1]:.3f}]" if low_high else ""
         lines.append(
             f"{row['method']:<12} {row['group']:<15} "
-            f"{row['speedup']:>7.3f}±{row['speedup_std']:<6.3f} {row['speedup_total']:>7.3f} "
-            f"{row['mat']:>6.2f} {row['tokens_per_s']:>7.1f} "
+            f"{row['speedup']:>7.3f}±{row['speedup_std']:<6.3f} {interval:>16} "
+            f"{row['speedup_total']:>7.3f} {row['mat']:>6.2f} {row['tokens_per_s']:>7.1f} "
             f"{ {True: 'yes', False: 'NO', None: 'n/a'}[row['equal_to_ar']] }"
         )
+    return "\n".join(lines)
+
+
+def format_paired(target: str, paired: dict[str, dict[str, Any]], n: int) -> str:
+    """One line per method: ``target``'s speedup over that method's, with its interval."""
+    lines = [f"{target} over each method (ratio of speedups; paired 95% bootstrap interval over "
+             f"the {n} questions):"]  # fmt: skip
+    for other, p in paired.items():
+        low, high = p["interval"]
+        lines.append(f"  {other:<14} {p['ratio']:.3f} [{low:.3f}, {high:.3f}]")
     return "\n".join(lines)
 
 
@@ -913,6 +996,8 @@ def main(argv: Sequence[str] | None = None, *, model: Any = None, tokenizer: Any
                         )
 
     rows = summarize(runs, methods, equal)
+    target = "cas-spec" if "cas-spec" in methods else methods[-1]
+    paired = paired_comparisons(runs, methods, target) if len(methods) > 2 else {}
     learned = {
         m: dytc_report(runners[m].policy)  # type: ignore[attr-defined]
         for m in methods
@@ -923,6 +1008,7 @@ def main(argv: Sequence[str] | None = None, *, model: Any = None, tokenizer: Any
         "settings": settings,
         "records": rows,
         "divergences": divergences,
+        "paired": {"target": target, "against": paired},
         "verify_curve_ms": {t: 1000 * sec for t, sec in verify_curve.items()},
         "dytc": learned,
     }
@@ -931,6 +1017,8 @@ def main(argv: Sequence[str] | None = None, *, model: Any = None, tokenizer: Any
     (out / "table.txt").write_text(table + "\n")
     plots = write_plots(rows, out)
     print(table)
+    if paired:
+        print("\n" + format_paired(target, paired, len(questions)))
     for method, report in learned.items():
         curve = ", ".join(f"{t}: {ms:.1f}" for t, ms in report["verify_ms"].items())
         print(f"\n{method}: learned verify cost (tree size: ms) {curve}")
