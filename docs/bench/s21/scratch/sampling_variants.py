@@ -1,9 +1,10 @@
-"""Under sampling (temperature 0.7, top-p 0.9, 96 new tokens), the naive loop, prompt lookup at
-k = 3, CAS-Spec, and CAS-Spec without model drafts (DyTC over lookup and recycled tokens only),
+"""Under sampling (temperature TEMP, default 0.7, top-p 0.9, 96 new tokens) or greedy (TEMP 0: 128
+new tokens, and pld:5 and the rule pld-or-chain too), the naive loop, prompt lookup at k = 3,
+CAS-Spec, and CAS-Spec without model drafts (DyTC over lookup and recycled tokens only),
 interleaved question by question in one process over the held-out first turns, each method's
 policy carried across questions; one warm-up question per method. Reports each method's speedup
-and CAS-Spec's variants against pld:3 with the harness's paired bootstrap intervals.
-Usage: sampling_variants.py [ROUNDS]."""
+and CAS-Spec's variants against the others with the harness's paired bootstrap intervals.
+Usage: sampling_variants.py [ROUNDS [TEMP]]."""
 import os, sys, time
 os.environ.setdefault("CASSPEC_KERNELS", "auto")
 from casspec_ref.io.weights import load_model
@@ -15,19 +16,23 @@ from casspec_ref.tools import bench
 model, tok = load_model()
 qs = bench.load_questions(bench.default_questions_path("prompts_heldout"))
 rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 1
+temp = float(sys.argv[2]) if len(sys.argv) > 2 else 0.7
 levels = default_drafts(model)
 methods = {
     "ar": dict(method="ar"),
     "pld:3": dict(method="pld", pld=PromptLookupConfig(max_proposal=3)),
+    **({} if temp else {"pld:5": dict(method="pld", pld=PromptLookupConfig(max_proposal=5)),
+                        "pld-or-chain": dict(method="pld-or-chain")}),
     "cas-spec": dict(method="cas-spec", policy=DyTCPolicy([p.name for p in levels])),
     "cas-free": dict(method="cas-spec", drafts=(), policy=DyTCPolicy([])),
 }
-sample = dict(temperature=0.7, top_p=0.9)
+sample = dict(temperature=temp, top_p=0.9) if temp else {}
+new_tokens = 96 if temp else 128
 runs = []
 def run(name, q, seed):
     ids = tok.apply_chat_template([{"role": "user", "content": q.turns[0]}])
     t = time.perf_counter()
-    r = generate_speculative(model, ids, 96, stop_ids=tok.stop_ids, seed=seed, **sample, **methods[name])
+    r = generate_speculative(model, ids, new_tokens, stop_ids=tok.stop_ids, seed=seed, **sample, **methods[name])
     return bench.QuestionRecord(q, [bench.TurnRecord(r.tokens, time.perf_counter() - t, r.stats)])
 for name in methods:
     run(name, qs[0], 0)
