@@ -26,6 +26,7 @@ from casspec_ref.base import dytc_checks as checks
 PLD = "pld"  # the prompt-lookup draft's name in a `DyTCPolicy`
 RECYCLE = "recycle"  # the recycled-token draft (successors seen in earlier verify forwards)
 FREE_DRAFTS = (PLD, RECYCLE)  # drafts that cost no forward: looked up, not computed
+Base = tuple[float, float, list[float], str, int]  # what `DyTCPolicy._score` scores a leaf on
 
 
 MARGINS = (0.02, 0.05, 0.1, 0.2)  # bin edges of a model draft's margin (design.md, `dytc.py`)
@@ -396,16 +397,14 @@ class DyTCPolicy:
         """c of a draft: one call's predicted seconds over a plain step's."""
         return self.draft_seconds(draft) / self.step_seconds()
 
-    def _score(
-        self, leaf: int, cum: float, draft: str, room: int, base: tuple[float, float, int, str, int]
-    ) -> Expansion:
+    def _score(self, leaf: int, cum: float, draft: str, room: int, base: Base) -> Expansion:
         """The best chain of `draft` below `leaf` by the tree's EWIF, k up to T(S,k)'s best (a free
-        draft: `room`). `base`: the tree's expected tokens, drafting seconds, size; leaf's draft and
-        lookup match."""
-        tokens, spent, size, below, match = base
+        draft: `room`). `base`: the tree's expected tokens, drafting seconds, predicted verify
+        seconds with k more nodes (k = 0, 1, ...); leaf's draft and lookup match."""
+        tokens, spent, verify, below, match = base
         step = self.step_seconds()
         a_s, c_s = self.alpha[draft].alpha, self.cost(draft)
-        c_verify = [self.verify_seconds(size + k) / step for k in range(1, room + 1)]
+        c_verify = [seconds / step for seconds in verify[1 : room + 1]]
         free = draft in FREE_DRAFTS  # one lookup per expansion, k by the EWIF alone
         k_max = room if free else best_k(a_s, c_s, self.alpha[PLD].alpha, self.cost(PLD), c_verify)
         per_call = self.draft_seconds(draft)
@@ -413,7 +412,7 @@ class DyTCPolicy:
         for k in range(1, k_max + 1):
             drafting = spent + per_call * (1 if free else k)  # a model draft: a forward per token
             tree_tokens = tokens + cum * self.chain_tokens(draft, k, below, match)
-            ewif = tree_ewif(tree_tokens, drafting, self.verify_seconds(size + k), step)
+            ewif = tree_ewif(tree_tokens, drafting, verify[k], step)
             options.append(Expansion(leaf, draft, k, 1, ewif))
         return max(options, key=lambda e: e.predicted_ewif)
 
@@ -427,7 +426,8 @@ class DyTCPolicy:
         if size >= cfg.max_tree_size:
             return None
         tokens, spent = tree.expected_tokens(), drafter.seconds()
-        current = tree_ewif(tokens, spent, self.verify_seconds(size), self.step_seconds())
+        verify = [self.verify_seconds(size + k) for k in range(cfg.max_k + 1)]  # once a plan
+        current = tree_ewif(tokens, spent, verify[0], self.step_seconds())
         options = []
         for leaf, cum in tree.reach().items():
             room = min(cfg.max_k, drafter.room(leaf), cfg.max_tree_size - size)
@@ -436,7 +436,7 @@ class DyTCPolicy:
             for draft in drafts:
                 offered = room if draft not in FREE_DRAFTS else drafter.offers(leaf, draft)
                 if offered >= 1:
-                    base = (tokens, spent, size, tree.drafts[leaf], drafter.match(leaf))
+                    base = (tokens, spent, verify, tree.drafts[leaf], drafter.match(leaf))
                     options.append(self._score(leaf, cum, draft, min(room, offered), base))
         best = max(options, key=lambda e: e.predicted_ewif, default=None)
         if best is None or best.predicted_ewif <= current * cfg.min_gain:
