@@ -5,6 +5,7 @@
 #   make lab    set up with the `tutorials` extra (JupyterLab), then open the tutorials
 #   make thorough  the whole suite with the long Hypothesis profile and the larger law matrices
 #   make mutation  mutation testing of the verifier, sampling, tree and drafting code (mutmut)
+#   make mutation-dytc  mutation testing of DyTC's decision rules (mutmut)
 
 PYTHON ?= python3
 VENV   := .venv
@@ -63,7 +64,7 @@ clean:
 	rm -rf $(VENV) bench_out .pytest_cache .mypy_cache .ruff_cache .hypothesis
 
 # --- Long checks, kept out of `make test` (docs/testing.md) -----------------------------------
-.PHONY: thorough mutation
+.PHONY: thorough mutation mutation-dytc
 
 # The long Hypothesis profile, and the tests marked `thorough` (larger exact-law matrices).
 thorough: setup
@@ -88,4 +89,16 @@ mutation: setup
 	$(BIN)/python -m pip install --quiet -e ".[mutation]" torch==2.13.0
 	OMP_NUM_THREADS=1 HYPOTHESIS_PROFILE=mutation $(BIN)/mutmut run \
 		--max-children $(MUTATION_WORKERS) $(MUTATION_NAMES)
+	$(BIN)/mutmut results
+
+# DyTC's decision rules (T(S,k), the growth rule and its room, the width, exploration), apart:
+# a mutant that survives the fast tests runs the simulator's too (a minute each on one thread).
+MUTATION_DYTC_NAMES ?= "casspec_ref.dytc.x_best_k*" "casspec_ref.dytc.x_t_score*" \
+	"casspec_ref.dytc.xǁDyTCPolicyǁplan*" "casspec_ref.dytc.xǁDyTCPolicyǁ_score*" \
+	"casspec_ref.dytc.xǁDyTCPolicyǁ_width*" "casspec_ref.dytc.xǁDyTCPolicyǁverify_seconds*" \
+	"casspec_ref.dytc.xǁDyTCPolicyǁexploration_cost*"
+mutation-dytc: setup
+	$(BIN)/python -m pip install --quiet -e ".[mutation]" torch==2.13.0
+	OMP_NUM_THREADS=1 HYPOTHESIS_PROFILE=mutation $(BIN)/mutmut run \
+		--max-children $(MUTATION_WORKERS) $(MUTATION_DYTC_NAMES)
 	$(BIN)/mutmut results

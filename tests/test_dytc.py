@@ -322,14 +322,15 @@ def test_a_lookups_first_token_is_learned_by_its_match_length() -> None:
 
 
 class _Matched(SimDrafter):
-    """A `SimDrafter` whose lookups report a given match length."""
+    """A `SimDrafter` whose lookups below the root report a given match length (below other
+    nodes, none: DyTC must ask about the leaf it extends)."""
 
     def __init__(self, world: World, length: int) -> None:
         super().__init__(world, random.Random(0), 32, 16)
         self.length = length
 
     def match(self, node: int) -> int:
-        return self.length
+        return self.length if node == 0 else 0
 
 
 def test_the_match_length_decides_whether_a_lookup_pays() -> None:
