@@ -97,8 +97,5 @@ MUTATION_DYTC_NAMES ?= "casspec_ref.dytc.x_best_k*" "casspec_ref.dytc.x_t_score*
 	"casspec_ref.dytc.xǁDyTCPolicyǁplan*" "casspec_ref.dytc.xǁDyTCPolicyǁ_score*" \
 	"casspec_ref.dytc.xǁDyTCPolicyǁ_width*" "casspec_ref.dytc.xǁDyTCPolicyǁverify_seconds*" \
 	"casspec_ref.dytc.xǁDyTCPolicyǁexploration_cost*"
-mutation-dytc: setup
-	$(BIN)/python -m pip install --quiet -e ".[mutation]" torch==2.13.0
-	OMP_NUM_THREADS=1 HYPOTHESIS_PROFILE=mutation $(BIN)/mutmut run \
-		--max-children $(MUTATION_WORKERS) $(MUTATION_DYTC_NAMES)
-	$(BIN)/mutmut results
+mutation-dytc:
+	$(MAKE) mutation MUTATION_NAMES='$(MUTATION_DYTC_NAMES)'
