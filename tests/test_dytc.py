@@ -259,26 +259,6 @@ def test_best_k_with_and_without_the_verify_cost() -> None:
         best_k(0.8, 0.1, 0.0, 0.01, [])
 
 
-def test_a_chain_is_bounded_by_t_score_on_the_grown_trees_verify_cost() -> None:
-    """T(S,k) caps a model chain's k, each k priced at the verify cost of the tree k nodes
-    bigger: here 3 nodes verify cheaper than 2 (a non-monotone curve), so k = 2 is T's best and
-    the plan's; priced one size short (1 and 2 nodes), T's best would be k = 1."""
-    policy = DyTCPolicy(["l1"], DyTCConfig(prior_alpha=0.5, prior_pld_alpha=1.0, warmup=0, max_k=2))
-    for _ in range(2):  # the first timing of a model draft is discarded (one-time setup)
-        policy.observe_step([], 1, 0.040, {"l1": (1, 0.004)})
-    policy.observe_step([], 2, 0.040, {})
-    policy.observe_step([], 3, 0.032, {})
-    assert policy.cost("l1") == pytest.approx(0.1) and policy.cost(PLD) == 0.0
-    assert (
-        best_k(0.5, 0.1, 1.0, 0.0, [1.0, 0.8]) == 2 and best_k(0.5, 0.1, 1.0, 0.0, [1.0, 1.0]) == 1
-    )
-    choice = policy.plan(
-        _drafter(World(CURVES["linear"], {"l1": 0.5}, {"l1": 0.004})), TreeEstimate(), ["l1"]
-    )
-    assert choice is not None and (choice.draft, choice.k) == ("l1", 2)
-    assert choice.predicted_ewif == pytest.approx(1.75 * 0.040 / (0.008 + 0.032))
-
-
 def test_policy_falls_back_before_any_timing() -> None:
     policy = DyTCPolicy(["l1"])
     drafter = _drafter(default_world(CURVES["linear"]))

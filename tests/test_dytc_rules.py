@@ -66,6 +66,20 @@ def test_best_k_by_hand() -> None:
     assert best_k(0.5, 0.1, 0.0, 0.0, [1.0, 1.5, 2.0]) == 1
 
 
+def test_a_chain_is_bounded_by_t_score_on_the_grown_trees_verify_cost() -> None:
+    """T(S,k) caps a model chain's k, each k priced at the verify cost of the tree k nodes
+    bigger: here 3 nodes verify cheaper than 2 (a non-monotone curve), so k = 2 is T's best and
+    the plan's; priced one size short (1 and 2 nodes), T's best would be k = 1."""
+    policy = _policy({1: STEP, 2: STEP, 3: 0.032}, prior_alpha=0.5, prior_pld_alpha=1.0, max_k=2)
+    assert policy.cost("l1") == pytest.approx(0.1) and policy.cost(PLD) == 0.0
+    assert (
+        best_k(0.5, 0.1, 1.0, 0.0, [1.0, 0.8]) == 2 and best_k(0.5, 0.1, 1.0, 0.0, [1.0, 1.0]) == 1
+    )
+    choice = policy.plan(_drafter(_world()), TreeEstimate(), ["l1"])
+    assert choice is not None and (choice.draft, choice.k) == ("l1", 2)
+    assert choice.predicted_ewif == pytest.approx(1.75 * STEP / (0.008 + 0.032))
+
+
 def test_t_score_caps_a_model_chain_where_the_ewif_would_go_longer() -> None:
     """Flat verify costs, alpha 0.5, c 0.1, a lookup after it always right: T(1) = 1 / 1.1 beats
     T(2) = 1 / 1.2, so k = 1, though the tree's EWIF alone would pick k = 2 (1.75 / 1.2 against
