@@ -15,7 +15,10 @@ the same recorded truth, with no timing noise. Three commands:
   overall and per group, beside the hindsight bound (`casspec_ref.tools.replay.hindsight`: the
   least time of any schedule of chains that knew the answer). The overheads decoding adds to the
   measured forwards are options (defaults: 1 ms per draft call, 3 ms per speculative step, read
-  off this machine's bench).
+  off this machine's bench). DyTC carries one policy across the questions, so its figure is one
+  path of its estimates: ``--orders N`` replays it in N question orders (as recorded, then
+  seeded shuffles) and prints the median and range of its overall speedup (the table shows the
+  recorded order).
 
 Run: ``OMP_NUM_THREADS=2 python benchmarks/dytc_replay.py record --questions heldout --out
 h.json`` (about 3 minutes), then ``python benchmarks/dytc_replay.py replay h.json`` (about 10
@@ -36,7 +39,15 @@ from casspec_ref.baselines import ScheduleOptions
 from casspec_ref.dsia.prompt_lookup import PromptLookupConfig
 from casspec_ref.dytc import DyTCPolicy
 from casspec_ref.schedules import SCHEDULES, ScheduleSpec
-from casspec_ref.tools.replay import Costs, Recorded, Replayed, hindsight, record, replay
+from casspec_ref.tools.replay import (
+    Costs,
+    Recorded,
+    Replayed,
+    hindsight,
+    question_orders,
+    record,
+    replay,
+)
 
 SETS = {"bundled": "prompts", "heldout": "prompts_heldout"}
 
@@ -67,7 +78,8 @@ def measure_costs(
     median = {j: statistics.median(t) for j, t in times.items()}
     verify = {t: median[j] for j, (t, plan) in enumerate(jobs) if plan is None}
     draft = {plan.name: median[j] for j, (_, plan) in enumerate(jobs) if plan is not None}
-    return {"verify": verify, "draft": draft}
+    measured = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    return {"verify": verify, "draft": draft, "measured": measured}
 
 
 def do_record(args: argparse.Namespace) -> None:
@@ -101,10 +113,11 @@ def do_recost(args: argparse.Namespace) -> None:
     with open(args.record) as f:
         data = json.load(f)
     data["costs"] = measure_costs(model, list(default_drafts(model)))
+    data.pop("note", None)  # a note written by hand described the costs replaced
     with open(args.record, "w") as f:
         json.dump(data, f)
     ms = {t: round(s * 1e3, 1) for t, s in data["costs"]["verify"].items() if t in (1, 2, 4, 8, 16)}
-    print(f"wrote the costs of {args.record}: verify (ms) {ms}")
+    print(f"wrote the costs of {args.record} ({data['costs']['measured']}): verify (ms) {ms}")
 
 
 def parse_variant(text: str) -> dict[str, float | int]:
@@ -145,12 +158,19 @@ def do_replay(args: argparse.Namespace) -> None:
     for k in (2, 3, 4, 5, 6):
         for method in ("chain", "pld-or-chain"):
             runs[f"{method}:{k}"] = replay(records, costs, baseline(method, k))
+    ar_seconds = sum(runs["ar"].seconds.values())
+    orders: dict[str, list[float]] = {}  # DyTC's overall speedup per question order
     for name in ["cas-spec", *args.variant]:
         fields = parse_variant(name) if "@" in name else {}
-        policy = DyTCPolicy(levels, DyTCConfig(**fields))  # type: ignore[arg-type]
-        runs[name] = replay(records, costs, policy=policy)
-        alphas = ", ".join(f"{d} {e.alpha:.2f} ({e.count})" for d, e in policy.alpha.items())
-        print(f"{name}: final estimates (outcomes): {alphas}")
+        for order in question_orders(records, args.orders):
+            policy = DyTCPolicy(levels, DyTCConfig(**fields))  # type: ignore[arg-type]
+            run = replay(order, costs, policy=policy)
+            runs.setdefault(name, run)  # the table shows the recorded order
+            orders.setdefault(name, []).append(ar_seconds / sum(run.seconds.values()))
+            if len(orders[name]) == 1:
+                est = policy.alpha.items()
+                alphas = ", ".join(f"{d} {e.alpha:.2f} ({e.count})" for d, e in est)
+                print(f"{name}: final estimates (outcomes): {alphas}")
     bound = Replayed({}, {})  # no policy: the least time of any schedule of chains, in hindsight
     kinds: dict[str, int] = {}
     for rec in records:
@@ -175,6 +195,11 @@ def do_replay(args: argparse.Namespace) -> None:
     per = " ".join(f"{ar.seconds[g] / bound.seconds[g]:9.3f}" for g in groups)
     print(f"{'hindsight (knows the answer)':34s} {overall:8.3f} {per}")
     print(f"hindsight's steps by kind: {dict(sorted(kinds.items(), key=lambda kv: -kv[1]))}")
+    if args.orders > 1:
+        print(f"DyTC in {args.orders} question orders (as recorded, then shuffled), overall:")
+        for name, speedups in orders.items():
+            print(f"  {name:32s} median {statistics.median(speedups):.3f}, "
+                  f"range {min(speedups):.3f}-{max(speedups):.3f}")  # fmt: skip
 
 
 def main() -> None:
@@ -192,6 +217,10 @@ def main() -> None:
     rep.add_argument("--variant", action="append", default=[], help="cas-spec@FIELD=VALUE,...")
     rep.add_argument("--draft-overhead", type=float, default=1e-3, help="seconds per draft call")
     rep.add_argument("--step-overhead", type=float, default=3e-3, help="seconds per step")
+    rep.add_argument(
+        "--orders", type=int, default=1,
+        help="replay DyTC in this many question orders (the recorded one, then seeded shuffles)",
+    )  # fmt: skip
     args = parser.parse_args()
     {"record": do_record, "recost": do_recost, "replay": do_replay}[args.command](args)
 

@@ -25,6 +25,7 @@ from casspec_ref.tools.replay import (
     Recorded,
     ReplayDrafter,
     hindsight,
+    question_orders,
     record,
     replay,
 )
@@ -108,6 +109,19 @@ def test_dytc_learns_the_recorded_drafts_apart() -> None:
     learned = policy.verify_cost.seconds
     assert any(abs(s - with_overhead[t]) < 1e-3 for t, s in learned.items())
     assert all(s <= with_overhead[t] + 1e-9 for t, s in learned.items())
+
+
+def test_question_orders_start_with_the_recorded_one_then_seeded_shuffles() -> None:
+    records = [Recorded(f"g{i}", [i], ANSWER, {}, ([], [])) for i in range(6)]
+    orders = question_orders(records, 4)
+    assert len(orders) == 4 and orders[0] == records
+    for order in orders[1:]:  # each a permutation of all the questions
+        assert sorted(id(r) for r in order) == sorted(id(r) for r in records)
+    assert len({tuple(id(r) for r in order) for order in orders}) == 4  # no two alike here
+    assert question_orders(records, 4) == orders  # seeded: the same orders every run
+    assert question_orders(records, 1) == [records]
+    with pytest.raises(ValueError, match="at least 1"):
+        question_orders(records, 0)
 
 
 def _drafter(rec: Recorded, committed: int, recycler: TokenRecycler | None = None,

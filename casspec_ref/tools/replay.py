@@ -30,6 +30,7 @@ it measures what not knowing the answer costs.
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -319,6 +320,16 @@ def replay(records: Sequence[Recorded], costs: Costs, schedule: Schedule | None 
         out.seconds[rec.category] = out.seconds.get(rec.category, 0.0) + seconds
         out.tokens[rec.category] = out.tokens.get(rec.category, 0) + n - 1
     return out
+
+
+def question_orders(records: Sequence[Recorded], n: int) -> list[list[Recorded]]:
+    """`n` orders of the questions: as recorded, then shuffles seeded 1, 2, ... A policy carried
+    across questions decides by the path its estimates took, so one order is one draw of what
+    it does: a gain seen in one order alone can be chance."""
+    if n < 1:
+        raise ValueError(f"question_orders: n must be at least 1, got {n}")
+    shuffles = [random.Random(seed).sample(list(records), len(records)) for seed in range(1, n)]
+    return [list(records), *shuffles]
 
 
 def hindsight(
