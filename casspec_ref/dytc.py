@@ -59,7 +59,7 @@ class DyTCConfig:
     """Every DyTC knob, with the reconstruction's defaults (allowed values: base/dytc_checks.py)."""
 
     ema_weight: float = 0.3  # w in a <- (1 - w) a + w mean(last `window` outcomes)
-    window: int = 20
+    window: int = 40  # the paper's notes: 20 (docs/design.md, `dytc.py`)
     warmup: int = 20  # outcomes before the EMA starts (a running mean until then)
     prior_alpha: float = 0.6  # a model draft's estimate before any outcome
     prior_pld_alpha: float = 0.5

@@ -317,7 +317,7 @@ def test_the_match_length_decides_whether_a_lookup_pays() -> None:
     """Lookups after 1-token matches have been wrong, after 3-token matches right: DyTC drafts
     a lookup where the match is 3 tokens long and not where it is 1, on the same tree."""
     policy = _timed_policy(draft_seconds=0.040, alpha=0.1)  # the model draft is not worth it
-    policy.observe_step([(PLD + "#3", True)] * 30 + [(PLD + "#1", False)] * 30, 1, 0.04, {})
+    policy.observe_step([(PLD + "#3", True)] * 50 + [(PLD + "#1", False)] * 50, 1, 0.04, {})
     assert policy.alpha[PLD].alpha < 0.1 < 0.9 < policy.alpha[PLD + "#3"].alpha  # pooled: recent
     world = World(CURVES["linear"], {"l1": 0.1, PLD: 0.5}, {"l1": 0.04, PLD: 1e-5}, offer={PLD: 1})
     short, long = _Matched(world, 1), _Matched(world, 3)
@@ -485,7 +485,7 @@ def test_a_costly_good_draft_returns_after_a_bad_stretch() -> None:
     Untested, it used to stay there (only a timing re-probe every `explore_horizon` steps gave
     it one outcome; under that rule it drafts in 6 of these 600 steps); relaxing toward its
     long-run mean brings it back. How soon varies with the path (the short chains drafted here
-    flush the outcome window slowly): in 66-200 of each seed's last 200 steps."""
+    flush the outcome window slowly): in 67-161 of each seed's last 200 steps (seeds 7-12)."""
     drafting = 0
     for seed in (7, 8, 9):
         world = World(CURVES["linear"], {"good": 0.93}, {"good": 0.7 * 0.040}, noise=0.0)
@@ -494,7 +494,7 @@ def test_a_costly_good_draft_returns_after_a_bad_stretch() -> None:
             policy.observe_step([], size, world.verify(size), {})
         for _ in range(2):  # timed (the first timing is discarded)
             policy.observe_step([], 1, world.verify(1), {"good": (1, 0.7 * 0.040)})
-        outcomes = [True] * 200 + [True, True, False] * 7  # the last 21: 14 accepted
+        outcomes = [True] * 200 + [True, True, False] * 14  # the last 42 (a window): 28 accepted
         policy.observe_step([("good", ok) for ok in outcomes], 1, world.verify(1), {})
         stuck = policy.alpha["good"].alpha
         assert 0.6 < stuck < 0.75

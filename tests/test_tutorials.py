@@ -112,6 +112,15 @@ def test_prose_names_the_chain_draft_level_as_the_code_chooses_it():
     )
 
 
+def test_prose_names_dytcs_estimate_defaults_as_the_config_defines_them():
+    cfg = dytc.DyTCConfig()
+    nb07 = _markdown(TUTORIALS / "07_dytc_step_by_step.ipynb")
+    assert (
+        f"DyTC's own default (`DyTCConfig`) is weight {cfg.ema_weight} on the mean of the last "
+        f"{cfg.window}, after {cfg.warmup} warm-up observations" in nb07
+    )
+
+
 def test_every_draft_name_in_backticks_exists():
     known = set(smollm2_drafts(smollm2_135m())) | {dytc.PLD}
     looks_like_a_draft = re.compile(r"`([a-z0-9.+-]*(?:w8a8|search-)[a-z0-9.+-]*)`")
