@@ -3,7 +3,7 @@
 naive loop, prompt lookup at k = 3, CAS-Spec (an estimate relaxes only on steps its draft was not
 used) and CAS-Spec with the old rule (it relaxes on every step it is not tested), interleaved
 question by question in one process over the held-out first turns, each policy carried across
-questions; one warm-up question per method. Usage: relax_variants.py [ROUNDS [TEMP]]."""
+questions; one warm-up question per method. Run in a checkout with relax_unused.diff applied. Usage: relax_variants.py [ROUNDS [TEMP]]."""
 import os, sys, time
 os.environ.setdefault("CASSPEC_KERNELS", "auto")
 from casspec_ref.io.weights import load_model

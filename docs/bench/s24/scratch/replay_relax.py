@@ -1,5 +1,6 @@
 """benchmarks/dytc_replay.py with the old relax rule (an estimate relaxes on every step it is not
-tested: the replay's drafter reports no drafted names). Usage: python replay_relax.py ARGS...
+tested: the replay's drafter reports no drafted names). Run in a checkout with
+relax_unused.diff applied. Usage: python replay_relax.py ARGS...
 (the replay's own arguments)."""
 import runpy, sys
 from casspec_ref.tools.replay import ReplayDrafter

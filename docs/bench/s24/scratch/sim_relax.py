@@ -1,7 +1,8 @@
 """The relax rule in the simulator's worlds (those of s23/scratch/sim_window.py): DyTC's tokens/s
 over the best fixed schedule in hindsight, 3000 steps, seeds 1-3, with an estimate relaxed on
 every step it is not tested (old: the drafter reports no drafted names) and only on steps its
-draft was not used (new). Usage: PYTHONPATH=tests python sim_relax.py"""
+draft was not used (new). Run in a checkout with relax_unused.diff applied. Usage: PYTHONPATH=tests python
+sim_relax.py"""
 import importlib.util, os, sys
 import dytc_simulator
 from dytc_simulator import best_fixed, run_dytc, SimDrafter
