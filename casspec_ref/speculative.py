@@ -257,14 +257,16 @@ def generate_speculative(
         model, prompt, max_new_tokens, method, sampling, rng, stops, drafts, options
     )
     state.on_token, state.on_step = on_token, on_step
-    t_start = state.clock()
+    t_start = t_decode = state.clock()
     with torch.no_grad():
         if max_new_tokens > 0:
             prefill(state)
+            t_decode = state.clock()  # the prompt's forward and the first token are behind
             while not state.done:
                 speculative_step(state)
     elapsed, stats, n = state.clock() - t_start, state.stats, len(state.tokens)
     stats["mat"] = n / max(1, stats["target_forwards"]) if n else 0.0
     stats["time_other_s"] = max(0.0, elapsed - stats["time_draft_s"] - stats["time_verify_s"])
-    timing = {"total_s": elapsed, "tokens_per_s": n / elapsed if elapsed > 0 else 0.0}
+    timing = {"prefill_s": t_decode - t_start, "decode_s": t_start + elapsed - t_decode}
+    timing.update(total_s=elapsed, tokens_per_s=n / elapsed if elapsed > 0 else 0.0)
     return GenerationResult(state.tokens, state.prompt, state.stopped, timing, stats)

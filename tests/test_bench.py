@@ -143,7 +143,36 @@ def test_harness_end_to_end_on_a_tiny_model(tmp_path: Path, tiny) -> None:
     low, high = paired["against"]["pld"]["interval"]
     assert low <= paired["against"]["pld"]["ratio"] <= high
     table = (out / "table.txt").read_text()
-    assert table.startswith("method") and "95% interval" in table
+    assert table.startswith("method") and "95% interval" in table and "decode" in table
+    assert ar_overall["speedup_decode"] == pytest.approx(1.0)
+    assert all(r["speedup_decode"] > 0 for r in records)
+
+
+def test_decode_speedup_leaves_each_turns_first_token_and_prompt_out() -> None:
+    """Two questions: the naive loop decodes 9 tokens after the first in 1 s and 3 s (9 and 3
+    tok/s, mean 6), the other method in 0.5 s and 1 s (18 and 9, mean 13.5): 13.5 / 6 = 2.25,
+    whatever the walls (which hold the prompt's forward) say. A turn without ``decode_s``, as
+    transformers' methods record, gives no decode figure."""
+
+    def record(i: int, decode_s: float | None, wall: float) -> bench.QuestionRecord:
+        stats = {} if decode_s is None else {"decode_s": decode_s}
+        return bench.QuestionRecord(
+            bench.Question(i, "qa", ("q",)), [bench.TurnRecord([0] * 10, wall, stats)]
+        )
+
+    base = [record(0, 1.0, 5.0), record(1, 3.0, 4.0)]
+    mine = [record(0, 0.5, 9.0), record(1, 1.0, 1.5)]
+    assert base[1].decode_tokens_per_s == pytest.approx(3.0)
+    assert bench.decode_speedup(mine, base) == pytest.approx(2.25)
+    assert bench.decode_speedup([record(0, None, 1.0), mine[1]], base) is None
+    two_turns = bench.QuestionRecord(
+        bench.Question(2, "qa", ("q", "r")),
+        [
+            bench.TurnRecord([0] * 4, 9.0, {"decode_s": 1.0}),
+            bench.TurnRecord([0], 9.0, {"decode_s": 1.0}),
+        ],
+    )
+    assert two_turns.decode_tokens_per_s == pytest.approx(1.5)  # (3 + 0) tokens over 2 s
 
 
 def _records(walls: list[float], tokens: int = 10) -> list[bench.QuestionRecord]:

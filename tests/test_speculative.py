@@ -3,6 +3,7 @@ invariant after every step, statistics, stop tokens, streaming and bad input."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 
@@ -140,6 +141,27 @@ def test_stats_are_consistent() -> None:
         assert stats[key] >= 0.0
     ar = generate_speculative(model, PROMPTS[0], 30, method="ar")
     assert ar.stats["mat"] == 1.0
+
+
+def test_timing_splits_the_prompt_from_the_decoding() -> None:
+    """`timing` has generate_ar's keys; prefill and decoding add up to the total. A clock that
+    moves one unit a read shows which part each read falls in: one token is the prefill's alone
+    (its decoding is the clock's last read), thirty tokens' decoding holds every step."""
+    model = _model()
+    keys = set(generate_ar(model, PROMPTS[0], 3).timing)
+    for n in (1, 30):
+        result = generate_speculative(
+            model, PROMPTS[0], n, method="cas-spec", drafts=_drafts(model),
+            clock=itertools.count().__next__,
+        )  # fmt: skip
+        timing = result.timing
+        assert set(timing) == keys
+        assert timing["prefill_s"] + timing["decode_s"] == timing["total_s"]
+        assert timing["prefill_s"] > 0
+        if n == 1:
+            assert timing["decode_s"] == 1.0
+        else:
+            assert timing["decode_s"] > 10 * timing["prefill_s"]
 
 
 @pytest.mark.parametrize("method", ["pld", "chain", "cas-spec"])

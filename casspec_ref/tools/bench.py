@@ -195,6 +195,16 @@ class QuestionRecord:
     def wall_s(self) -> float:
         return sum(t.wall_s for t in self.turns)
 
+    @property
+    def decode_tokens_per_s(self) -> float | None:
+        """Tokens after each turn's first over the time after it (the prompt's forward left
+        out); None when a turn has no ``decode_s`` (transformers' methods)."""
+        if any(t.stats.get("decode_s") is None for t in self.turns):
+            return None
+        seconds = sum(t.stats["decode_s"] for t in self.turns)
+        tokens = sum(max(0, len(t.tokens) - 1) for t in self.turns)
+        return tokens / seconds if seconds > 0 else None
+
 
 # ----------------------------------------------------------------------------------------------
 # Memory and timing helpers
@@ -275,7 +285,7 @@ def _make_runner(
             result = generate_ar(
                 model, prompt_ids, max_new, stop_ids=stop_ids, **sampling, **coins()
             )
-            return list(result.tokens), dict(result.stats)
+            return list(result.tokens), {**result.stats, "decode_s": result.timing["decode_s"]}
 
         return run_ar
     if method in EXTERNAL_METHODS:
@@ -302,7 +312,7 @@ def _make_runner(
             model, prompt_ids, max_new, method=base, stop_ids=stop_ids, **sampling, **coins(),
             **options,
         )  # fmt: skip
-        return list(result.tokens), dict(result.stats)
+        return list(result.tokens), {**result.stats, "decode_s": result.timing["decode_s"]}
 
     run_spec.policy = options.get("policy")  # type: ignore[attr-defined]
     return run_spec
@@ -469,6 +479,16 @@ def mean_tokens_per_s(records: Sequence[QuestionRecord]) -> float:
     return statistics.fmean(r.new_tokens / r.wall_s for r in records)
 
 
+def decode_speedup(mine: Sequence[QuestionRecord], base: Sequence[QuestionRecord]) -> float | None:
+    """The speedup over the decoding alone (each turn's prompt forward and first token left
+    out, for both methods): the mean over questions of decode tokens/s, as a ratio."""
+    a, b = [r.decode_tokens_per_s for r in mine], [r.decode_tokens_per_s for r in base]
+    if not a or not b or None in a or None in b:
+        return None
+    base_mean = statistics.fmean(x for x in b if x is not None)
+    return statistics.fmean(x for x in a if x is not None) / base_mean if base_mean else None
+
+
 def speedup_over(
     runs: Sequence[dict[str, list[QuestionRecord]]], method: str, base: str, idx: Sequence[int]
 ) -> float:
@@ -512,7 +532,7 @@ def summarize(
     rows = []
     for method in methods:
         for group in [*groups, "overall"]:
-            speedups, totals, tps_list, mats = [], [], [], []
+            speedups, totals, tps_list, mats, decodes = [], [], [], [], []
             for run in runs:
                 mine = [r for r in run[method] if group in ("overall", r.question.group)]
                 base = [r for r in run["ar"] if group in ("overall", r.question.group)]
@@ -523,6 +543,7 @@ def summarize(
                     / (sum(r.new_tokens for r in base) / sum(r.wall_s for r in base))
                 )
                 tps_list.append(tps)
+                decodes.append(decode_speedup(mine, base))
                 steps = _stat_sum(mine, "steps")
                 mats.append(sum(r.new_tokens for r in mine) / steps if steps else float("nan"))
             all_records = [
@@ -550,6 +571,11 @@ def summarize(
                         else None
                     ),
                     "speedup_total": statistics.fmean(totals),
+                    "speedup_decode": (
+                        None
+                        if None in decodes
+                        else statistics.fmean(d for d in decodes if d is not None)
+                    ),
                     "mat": statistics.fmean(mats) if method != "ar" else 1.0,
                     "tokens_per_s": statistics.fmean(tps_list),
                     "tokens_per_s_std": statistics.stdev(tps_list) if len(tps_list) > 1 else 0.0,
@@ -570,16 +596,18 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
     """A readable table: one line per method and group."""
     header = (
         f"{'method':<12} {'group':<15} {'speedup':>14} {'95% interval':>16} {'total':>7} "
-        f"{'MAT':>6} {'tok/s':>7} equal"
+        f"{'decode':>7} {'MAT':>6} {'tok/s':>7} equal"
     )
     lines = [header, "-" * len(header)]
     for row in rows:
         low_high = row.get("speedup_interval")
         interval = f"[{low_high[0]:.3f}, {low_high[1]:.3f}]" if low_high else ""
+        decode = row.get("speedup_decode")
         lines.append(
             f"{row['method']:<12} {row['group']:<15} "
             f"{row['speedup']:>7.3f}±{row['speedup_std']:<6.3f} {interval:>16} "
-            f"{row['speedup_total']:>7.3f} {row['mat']:>6.2f} {row['tokens_per_s']:>7.1f} "
+            f"{row['speedup_total']:>7.3f} {'' if decode is None else f'{decode:.3f}':>7} "
+            f"{row['mat']:>6.2f} {row['tokens_per_s']:>7.1f} "
             f"{ {True: 'yes', False: 'NO', None: 'n/a'}[row['equal_to_ar']] }"
         )
     return "\n".join(lines)
