@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from casspec_ref.config import tiny_llama
+from casspec_ref.generate import GenerationResult
 from casspec_ref.model import Transformer
 from casspec_ref.tools import bench
 
@@ -173,6 +174,12 @@ def test_decode_speedup_leaves_each_turns_first_token_and_prompt_out() -> None:
         ],
     )
     assert two_turns.decode_tokens_per_s == pytest.approx(1.5)  # (3 + 0) tokens over 2 s
+
+
+def test_a_turn_records_the_seconds_of_its_decoding() -> None:
+    timing = {"prefill_s": 1.0, "decode_s": 2.0, "total_s": 3.0, "tokens_per_s": 1.0}
+    result = GenerationResult([7, 8, 9], [1], False, timing, {"mat": 1.0})
+    assert bench.turn_stats(result) == {"mat": 1.0, "decode_s": 2.0}
 
 
 def _records(walls: list[float], tokens: int = 10) -> list[bench.QuestionRecord]:

@@ -264,6 +264,12 @@ class _Progress:
 Runner = Callable[[list[int], int], tuple[list[int], dict[str, Any]]]
 
 
+def turn_stats(result: Any) -> dict[str, Any]:
+    """A turn's statistics as the harness records them: the generation's ``stats`` and the
+    seconds of its decoding (``timing["decode_s"]``, the prompt's forward left out)."""
+    return {**result.stats, "decode_s": result.timing["decode_s"]}
+
+
 def _make_runner(
     method: str, model: Any, stop_ids: Sequence[int], sampling: dict[str, Any] | None = None
 ) -> Runner:
@@ -285,7 +291,7 @@ def _make_runner(
             result = generate_ar(
                 model, prompt_ids, max_new, stop_ids=stop_ids, **sampling, **coins()
             )
-            return list(result.tokens), {**result.stats, "decode_s": result.timing["decode_s"]}
+            return list(result.tokens), turn_stats(result)
 
         return run_ar
     if method in EXTERNAL_METHODS:
@@ -312,7 +318,7 @@ def _make_runner(
             model, prompt_ids, max_new, method=base, stop_ids=stop_ids, **sampling, **coins(),
             **options,
         )  # fmt: skip
-        return list(result.tokens), {**result.stats, "decode_s": result.timing["decode_s"]}
+        return list(result.tokens), turn_stats(result)
 
     run_spec.policy = options.get("policy")  # type: ignore[attr-defined]
     return run_spec
