@@ -198,7 +198,7 @@ class QuestionRecord:
     @property
     def decode_tokens_per_s(self) -> float | None:
         """Tokens after each turn's first over the time after it (the prompt's forward left
-        out); None when a turn has no ``decode_s`` (transformers' methods)."""
+        out); None when a turn has no ``decode_s`` (transformers' methods) or none was spent."""
         if any(t.stats.get("decode_s") is None for t in self.turns):
             return None
         seconds = sum(t.stats["decode_s"] for t in self.turns)
