@@ -18,12 +18,13 @@ Protocol (docs/method.md §7, after Spec-Bench, Xia et al. 2024):
 - every method's greedy output is checked equal to the naive loop's before any speed is reported
   (the first divergence is printed);
 - speedup as Spec-Bench computes it (the mean over questions of tokens/s, divided by the same mean
-  for the naive loop) and as total tokens over total time; MAT pooled over all steps, bonus token
-  included; R runs, mean and standard deviation; for the whole set, a 95% bootstrap interval
-  over the questions (how much the figure depends on which questions were asked, and on the
-  machine's noise in each: `bootstrap_interval`), and CAS-Spec (else the last method) against
-  every other method as the ratio of their speedups, with a paired interval
-  (`paired_comparisons`).
+  for the naive loop), as total tokens over total time, and over the decoding alone (each
+  turn's prompt forward and first token left out for both methods: `decode_speedup`); MAT
+  pooled over all steps, bonus token included; R runs, mean and standard deviation; for the
+  whole set, a 95% bootstrap interval over the questions (how much the figure depends on which
+  questions were asked, and on the machine's noise in each: `bootstrap_interval`), and
+  CAS-Spec (else the last method) against every other method as the ratio of their speedups,
+  with a paired interval (`paired_comparisons`).
 
 Methods are those of `casspec_ref.speculative.METHODS`, plus ``hf`` and ``hf-pld`` (Hugging Face
 transformers' greedy and prompt-lookup ``generate`` on the same weights) when transformers is
