@@ -2,6 +2,7 @@
 #   make demo   set up, then plain decoding and CAS-Spec side by side on the embedded SmolLM2-135M
 #   make test   set up, then lint (ruff), type-check (mypy), the whole test suite and the tutorials
 #   make bench  set up, then the micro-benchmarks and the benchmark harness in quick mode
+#   make results  docs/results.md from the records in docs/bench/ (no measurement)
 #   make lab    set up with the `tutorials` extra (JupyterLab), then open the tutorials
 #   make thorough  the whole suite with the long Hypothesis profile and the larger law matrices
 #   make mutation  mutation testing of the verifier, sampling, tree and drafting code (mutmut)
@@ -13,7 +14,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 export OMP_NUM_THREADS ?= 2
 
-.PHONY: setup demo test lint typecheck pytest tutorials lab bench clean
+.PHONY: setup demo test lint typecheck pytest tutorials lab bench results clean
 
 # torch==2.13.0 goes first, alone, so that pip takes the CPU build present on these machines
 # instead of resolving a multi-GB CUDA build; the package and its dev tools come next, then the
@@ -59,6 +60,11 @@ test: lint typecheck pytest tutorials
 bench: setup
 	$(BIN)/python -m pytest -q benchmarks --benchmark-only
 	$(BIN)/python -m casspec_ref bench --quick --out bench_out
+
+# The results page is generated from the committed records; tests/test_results.py fails when
+# the page and the records disagree.
+results: setup
+	$(BIN)/python -m casspec_ref.tools.results
 
 clean:
 	rm -rf $(VENV) bench_out .pytest_cache .mypy_cache .ruff_cache .hypothesis

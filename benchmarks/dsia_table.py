@@ -1,6 +1,6 @@
 """Measure every DSIA draft configuration on SmolLM2-135M: alpha and c, table and (alpha, c) plot.
 
-Issue 4, item 6. For each configuration (an `ExecutionPlan`, or prompt lookup):
+For each configuration (an `ExecutionPlan`, or prompt lookup):
 - alpha_greedy: argmax agreement with the fp32 target's greedy trajectory, each position scored
   as the draft runs it in the speculative loop (reading the target's verified K/V; see
   `casspec_ref.tools.teacher_forced`), pooled over a mixed prompt set;
@@ -8,7 +8,8 @@ Issue 4, item 6. For each configuration (an `ExecutionPlan`, or prompt lookup):
   probability of one sampled draft token);
 - c: the draft's one-token decode forward time over the target's, fastest of interleaved rounds
   in the same run (so that the load of a shared machine hits both alike).
-Writes docs/dsia.md's table (to stdout and docs/dsia_table.md) and docs/dsia_alpha_c.png with the
+Prints the table and writes the record docs/bench/dsia_table.json (with its command, machine and
+commit; docs/results.md shows it, `make results`) and docs/bench/dsia_alpha_c.png with the
 effective cascade boundary of docs/method.md §3 (an upper draft beats PLD alone iff
 alpha - alpha_PLD > c).
 
@@ -19,7 +20,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
+import shlex
 import statistics
 import sys
 import time
@@ -39,6 +42,7 @@ from casspec_ref.io.presets import seed_hierarchy
 from casspec_ref.io.weights import load_model
 from casspec_ref.kv_cache import KVCache
 from casspec_ref.plan import ExecutionPlan
+from casspec_ref.tools.bench import environment as bench_environment
 from casspec_ref.tools.layer_search import (
     SearchConfig,
     load_search,
@@ -136,7 +140,7 @@ def main() -> None:
     ap.add_argument("--temperature", type=float, default=0.7)
     ap.add_argument("--search-dir", type=Path, default=ROOT / "docs" / "layer_search")
     ap.add_argument("--research", action="store_true", help="redo the layer search")
-    ap.add_argument("--out", type=Path, default=ROOT / "docs")
+    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "bench")
     args = ap.parse_args()
     t_start = time.perf_counter()
     torch.manual_seed(0)
@@ -265,10 +269,12 @@ def main() -> None:
     table = "\n".join(lines)
     print(table)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "dsia_table.md").write_text(table + "\n")
-    (args.out / "dsia_table.json").write_text(
-        json.dumps({"env": env, "rows": [r.__dict__ for r in rows]}, indent=1) + "\n"
-    )
+    threads = os.environ.get("OMP_NUM_THREADS")
+    prefix = f"OMP_NUM_THREADS={threads} " if threads else ""
+    command = prefix + shlex.join(["python", "benchmarks/dsia_table.py", *sys.argv[1:]])
+    environment = bench_environment("cpu", "float32", command)
+    record = {"environment": {**environment, "notes": env}, "rows": [r.__dict__ for r in rows]}
+    (args.out / "dsia_table.json").write_text(json.dumps(record, indent=1) + "\n")
     plot(rows, alpha_pld, args.out / "dsia_alpha_c.png")
 
 

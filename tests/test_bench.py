@@ -105,6 +105,8 @@ def test_harness_end_to_end_on_a_tiny_model(tmp_path: Path, tiny) -> None:
             "6",
             "--out",
             str(out),
+            "--record",
+            str(tmp_path / "record.json"),
             "--no-progress",
         ],
         model=model,
@@ -113,6 +115,11 @@ def test_harness_end_to_end_on_a_tiny_model(tmp_path: Path, tiny) -> None:
     assert status == 0
     result = json.loads((out / "results.json").read_text())
     assert result["environment"]["torch"] == torch.__version__
+    # The record make results reads is the summary, with the command that reproduces it.
+    assert json.loads((tmp_path / "record.json").read_text()) == result
+    command = result["environment"]["command"]
+    assert "python -m casspec_ref bench --questions" in command and "--max-new-tokens 6" in command
+    assert result["environment"]["machine"]
     records = result["records"]
     keys = {(r["method"], r["group"]) for r in records}
     for method in ("ar", "pld", "cas-spec"):
@@ -231,6 +238,16 @@ def test_paired_comparison_of_a_uniformly_faster_method_is_exact() -> None:
     exact = bench.paired_comparisons([{**run, "slow": run["ar"]}], ["ar", "fast", "slow"], "fast")
     assert exact["slow"]["ratio"] == pytest.approx(1.25)
     assert exact["slow"]["interval"] == pytest.approx((1.25, 1.25))
+
+
+def test_a_record_in_a_missing_folder_is_refused_before_anything_runs(
+    tmp_path: Path, tiny, capsys
+) -> None:
+    model, tokenizer = tiny
+    record = tmp_path / "absent" / "record.json"
+    argv = ["--out", str(tmp_path / "out"), "--record", str(record), "--no-progress"]
+    assert bench.main(argv, model=model, tokenizer=tokenizer) == 2
+    assert "--record" in capsys.readouterr().err and not record.exists()
 
 
 def test_unknown_method_is_rejected(tiny, capsys) -> None:

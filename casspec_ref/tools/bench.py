@@ -6,7 +6,10 @@
 Nothing measured is lost: ``--out`` is created before anything runs, and each answer is appended
 to ``DIR/results.jsonl`` (a settings line, then one line per run, question and method) as soon
 as it is measured; ``--resume`` reloads the questions that line file holds in full and runs
-only the others. The summary (``results.json``, ``table.txt``, plots) is written at the end.
+only the others. The summary (``results.json``, ``table.txt``, plots) is written at the end;
+``--record FILE`` also writes ``results.json`` to FILE, one of the records in docs/bench/ that
+``make results`` turns into docs/results.md (its ``environment`` names the command, the machine
+and the commit, which the page prints beside every figure).
 
 Protocol (docs/method.md §7, after Spec-Bench, Xia et al. 2024):
 - questions in Spec-Bench's ``question.jsonl`` format (``question_id``, ``category``, ``turns``);
@@ -47,6 +50,7 @@ import argparse
 import json
 import platform
 import random
+import shlex
 import statistics
 import subprocess
 import sys
@@ -630,8 +634,36 @@ def format_paired(target: str, paired: dict[str, dict[str, Any]], n: int) -> str
     return "\n".join(lines)
 
 
-def environment(device: str, dtype: str) -> dict[str, Any]:
-    """What a reader needs to reproduce the figures."""
+def machine_name(device: str) -> str:
+    """The processor (its model name and core count) or the GPU a run measured."""
+    import os
+
+    import torch
+
+    if device.startswith("cuda"):
+        return f"{torch.cuda.get_device_name()}, {os.cpu_count()} host cores"
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass  # no /proc (macOS, Windows): platform's name stands
+    return f"{model}, {os.cpu_count()} cores"
+
+
+def command_line(argv: Sequence[str]) -> str:
+    """The command that reproduces a run, with the thread count it ran under."""
+    import os
+
+    threads = os.environ.get("OMP_NUM_THREADS")
+    prefix = f"OMP_NUM_THREADS={threads} " if threads else ""
+    return prefix + shlex.join(["python", "-m", "casspec_ref", "bench", *argv])
+
+
+def environment(device: str, dtype: str, command: str = "") -> dict[str, Any]:
+    """What a reader needs to reproduce the figures: the command, machine, software, commit."""
     import torch
 
     try:
@@ -642,6 +674,8 @@ def environment(device: str, dtype: str) -> dict[str, Any]:
         commit = ""
     name = torch.cuda.get_device_name() if device.startswith("cuda") else platform.processor()
     return {
+        "command": command,
+        "machine": machine_name(device),
         "device": device,
         "device_name": name or platform.machine(),
         "dtype": dtype,
@@ -749,6 +783,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="first measure the target's forward cost per tree size (T = 1..16 after 256)",
     )
+    parser.add_argument(
+        "--record",
+        default=None,
+        help="also write the summary to this JSON file, a record that `make results` reads "
+        "(for example docs/bench/cpu_heldout_greedy.json)",
+    )
     parser.add_argument("--no-progress", action="store_true")
     return parser
 
@@ -818,6 +858,7 @@ def main(argv: Sequence[str] | None = None, *, model: Any = None, tokenizer: Any
     """
     import torch
 
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
     from casspec_ref.tools.cli import _check_device, _methods, parse_size
 
@@ -915,6 +956,8 @@ def main(argv: Sequence[str] | None = None, *, model: Any = None, tokenizer: Any
         return _error(f"--out {out}: cannot write there ({exc.strerror or exc})")
     except ValueError as exc:
         return _error(str(exc))
+    if args.record and not Path(args.record).parent.is_dir():
+        return _error(f"--record {args.record}: its folder does not exist")
 
     if model is None:
         from casspec_ref.io.weights import load_model
@@ -1043,7 +1086,7 @@ def main(argv: Sequence[str] | None = None, *, model: Any = None, tokenizer: Any
         if getattr(runners[m], "policy", None) is not None
     }
     result = {
-        "environment": environment(args.device, args.dtype),
+        "environment": environment(args.device, args.dtype, command_line(argv)),
         "settings": settings,
         "records": rows,
         "divergences": divergences,
@@ -1051,7 +1094,10 @@ def main(argv: Sequence[str] | None = None, *, model: Any = None, tokenizer: Any
         "verify_curve_ms": {t: 1000 * sec for t, sec in verify_curve.items()},
         "dytc": learned,
     }
-    (out / "results.json").write_text(json.dumps(result, indent=2, default=float))
+    summary = json.dumps(result, indent=2, default=float)
+    (out / "results.json").write_text(summary)
+    if args.record:
+        Path(args.record).write_text(summary + "\n")
     table = format_table(rows)
     (out / "table.txt").write_text(table + "\n")
     plots = write_plots(rows, out)
@@ -1066,7 +1112,11 @@ def main(argv: Sequence[str] | None = None, *, model: Any = None, tokenizer: Any
             print(f"  {name:24s} alpha {d['alpha']:.2f} ({d['observations']} obs){cost}")
         row = next(r for r in rows if r["method"] == method and r["group"] == "overall")
         print(f"  branching trees: {row['branching_steps']:.0f} of {row['steps']:.0f} steps")
-    print(f"\nwrote {out / 'results.json'}, {out / 'table.txt'}" + "".join(f", {p}" for p in plots))
+    also = f", {args.record}" if args.record else ""
+    print(
+        f"\nwrote {out / 'results.json'}, {out / 'table.txt'}{also}"
+        + "".join(f", {p}" for p in plots)
+    )
     if any(value is False for value in equal.values()):
         print(
             "WARNING: some methods diverged from the naive loop; speeds above are not "

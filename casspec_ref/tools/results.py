@@ -1,0 +1,404 @@
+"""Write docs/results.md from the records in docs/bench/: the one page that holds run figures.
+
+``python -m casspec_ref.tools.results [--records DIR] [--out FILE] [--check]`` (``make results``).
+
+Every figure on the page is read from a JSON record in ``--records`` and printed beside the
+record's command, commit and machine (its ``environment`` block), so that a figure can always be
+traced to the run that produced it and reproduced. The page is a pure function of the records
+(`render`): ``tests/test_results.py`` checks that the committed page is exactly what the
+committed records give, so the page cannot drift from them.
+
+Records, by the shape of their content rather than a fixed list of names:
+
+- a bench record (``settings`` and ``records``: what ``bench --record FILE`` writes): every method
+  it holds, overall and per group, the paired comparisons, divergences and what DyTC learned;
+- ``cpu_verify_curve.json`` (``benchmarks/verify_curve.py --json``): the verify cost curve;
+- ``dsia_table.json`` (``benchmarks/dsia_table.py``): alpha and c of every DSIA draft;
+- ``gpu_forward*.json`` (``benchmarks/cuda_forward.py --json``): where a GPU forward's time goes;
+- any other JSON record (for example ``busy_machine.json``): its environment and every scalar it
+  holds, so that a new record appears on the page without a change here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+RECORDS = Path("docs/bench")
+PAGE = Path("docs/results.md")
+
+# The order of the page's sections; records not named here follow in name order.
+ORDER = (
+    "cpu_heldout_greedy",
+    "cpu_bundled_greedy",
+    "cpu_heldout_sampling",
+    "cpu_verify_curve",
+    "dsia_table",
+    "busy_machine",
+    "gpu_bundled_greedy",
+    "gpu_bundled_bf16",
+    "gpu_forward",
+    "gpu_forward_bf16",
+)
+TITLES = {
+    "cpu_heldout_greedy": "CPU, held-out prompt set, greedy",
+    "cpu_bundled_greedy": "CPU, bundled prompt set, greedy",
+    "cpu_heldout_sampling": "CPU, held-out prompt set, sampling",
+    "cpu_verify_curve": "CPU, the verify cost curve",
+    "dsia_table": "DSIA drafts: alpha and c",
+    "busy_machine": "A busy machine",
+    "gpu_bundled_greedy": "GPU, bundled prompt set, greedy, float32",
+    "gpu_bundled_bf16": "GPU, bundled prompt set, greedy, bfloat16",
+    "gpu_forward": "GPU, where a forward's time goes",
+    "gpu_forward_bf16": "GPU, where a forward's time goes, bfloat16",
+}
+GENERIC_ROWS = 80  # the most scalars shown for a record of unknown shape
+
+
+def load_records(folder: Path) -> dict[str, dict[str, Any]]:
+    """Every ``*.json`` record in ``folder``, by file stem, in the page's order."""
+    if not folder.is_dir():
+        raise FileNotFoundError(f"records folder {folder} does not exist")
+    found = {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))}
+    return dict(sorted(found.items(), key=lambda kv: _rank(kv[0])))
+
+
+def _rank(stem: str) -> tuple[int, str]:
+    return (ORDER.index(stem) if stem in ORDER else len(ORDER), stem)
+
+
+# ----------------------------------------------------------------------------------------------
+# Formatting
+# ----------------------------------------------------------------------------------------------
+
+
+def num(value: Any, digits: int = 3) -> str:
+    """A figure as the page prints it: fixed decimals, "-" where the record has none."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    """A Markdown table."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return lines
+
+
+def source(name: str, record: dict[str, Any]) -> list[str]:
+    """The provenance every section opens with: file, command, commit, machine, software."""
+    env = record.get("environment", {})
+    commit = env.get("git_commit") or "not recorded"
+    if env.get("commit_source"):
+        commit += f" ({env['commit_source']})"
+    software = ", ".join(
+        f"{key} {env[key]}" for key in ("torch", "python", "dtype", "threads") if key in env
+    )
+    machine = env.get("machine") or env.get("device_name") or "not recorded"
+    lines = [
+        f"- Record: [`docs/bench/{name}.json`](bench/{name}.json)",
+        f"- Command: `{env.get('command', 'not recorded')}`",
+        f"- Commit: `{commit}`",
+        f"- Machine: {machine}" + (f"; {software}" if software else ""),
+    ]
+    if env.get("time"):
+        lines.append(f"- Run at: {env['time']}")
+    if env.get("notes"):
+        lines.append(f"- Notes: {env['notes']}")
+    return lines
+
+
+# ----------------------------------------------------------------------------------------------
+# Sections
+# ----------------------------------------------------------------------------------------------
+
+
+def bench_section(record: dict[str, Any]) -> list[str]:
+    """A bench record: overall figures, paired comparisons, groups, divergences, DyTC."""
+    settings = record["settings"]
+    rows = record["records"]
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    groups = [g for g in dict.fromkeys(r["group"] for r in rows) if g != "overall"]
+    by = {(r["method"], r["group"]): r for r in rows}
+    draws = (
+        "greedy"
+        if not settings.get("temperature", 0.0)
+        else (
+            f"temperature {settings['temperature']}, top-k {settings.get('top_k', 0)}, "
+            f"top-p {settings.get('top_p', 1.0)}"
+        )
+    )
+    lines = [
+        f"Settings: {settings.get('n_questions')} questions "
+        f"(`{Path(str(settings.get('questions'))).name}`), "
+        f"{settings.get('max_new_tokens')} new tokens, {settings.get('runs')} run(s), {draws}, "
+        f"{settings.get('device')} {settings.get('dtype')}.",
+        "",
+    ]
+    lines += table(
+        ["method", "speedup [95% interval]", "decode", "total", "MAT", "tok/s", "= naive loop"],
+        [_overall_row(m, by[(m, "overall")]) for m in methods],
+    )
+    paired = (record.get("paired") or {}).get("against") or {}
+    if paired:
+        target = record["paired"]["target"]
+        lines += ["", f"`{target}` over each method (ratio of speedups, paired 95% interval):", ""]
+        lines += table(
+            ["method", "ratio", "interval"],
+            [[f"`{m}`", num(p["ratio"]), _interval(p["interval"])] for m, p in paired.items()],
+        )
+    lines += ["", "Per group, speedup (MAT):", ""]
+    lines += table(
+        ["method", *groups],
+        [
+            [f"`{m}`"]
+            + [f"{num(by[(m, g)]['speedup'])} ({num(by[(m, g)]['mat'], 2)})" for g in groups]
+            for m in methods
+        ],
+    )
+    sampled = settings.get("temperature", 0.0) != 0.0
+    lines += divergence_lines(record.get("divergences") or [], sampled)
+    for method, learned in (record.get("dytc") or {}).items():
+        lines += dytc_lines(method, learned)
+    return lines
+
+
+def _overall_row(method: str, r: dict[str, Any]) -> list[str]:
+    speedup = num(r["speedup"])
+    if r.get("speedup_std"):
+        speedup += f" +-{num(r['speedup_std'])}"
+    if r.get("speedup_interval") and method != "ar":
+        speedup += " " + _interval(r["speedup_interval"])
+    return [
+        f"`{method}`",
+        speedup,
+        num(r.get("speedup_decode")),
+        num(r.get("speedup_total")),
+        num(r.get("mat"), 2),
+        num(r.get("tokens_per_s"), 1),
+        num(r.get("equal_to_ar")),
+    ]
+
+
+def _interval(bounds: Sequence[float]) -> str:
+    return f"[{num(bounds[0])}, {num(bounds[1])}]"
+
+
+def divergence_lines(divergences: Sequence[Any], sampled: bool) -> list[str]:
+    """How many generations differ from the naive loop's, and the first few."""
+    if sampled:
+        return ["", "Sampled: outputs are not compared token for token (the law tests prove it)."]
+    if not divergences:
+        return ["", "Every output equals the naive loop's token for token."]
+    lines = ["", f"Divergences from the naive loop: {len(divergences)}.", ""]
+    for d in divergences[:10]:
+        lines.append(f"- {json.dumps(d, sort_keys=True)}")
+    return lines
+
+
+def dytc_lines(method: str, learned: dict[str, Any]) -> list[str]:
+    """What DyTC learned in a run: its verify cost per tree size, and alpha and c per draft."""
+    verify = learned.get("verify_ms") or {}
+    lines = ["", f"What `{method}`'s DyTC learned: verify cost per tree size, ms", ""]
+    if verify:
+        sizes = list(verify)
+        lines += table(["nodes", *sizes], [["ms", *(num(verify[s], 1) for s in sizes)]])
+    drafts = learned.get("drafts") or {}
+    if drafts:
+        lines += ["", "Per draft (and per estimate key): alpha, outcomes observed, c.", ""]
+        lines += table(
+            ["estimate", "alpha", "outcomes", "c"],
+            [
+                [f"`{k}`", num(d.get("alpha")), num(d.get("observations")), num(d.get("c"))]
+                for k, d in drafts.items()
+            ],
+        )
+    return lines
+
+
+def verify_curve_section(record: dict[str, Any]) -> list[str]:
+    """One forward after 256 cached tokens, over T new tokens: before and with the kernel table."""
+    curve = record["curve_ms"]
+    forms = list(curve)
+    sizes = [t for t in curve[forms[-1]] if int(t) > 0]
+    one = {form: curve[form].get("1") for form in forms}
+    lines = table(
+        ["T", *sizes],
+        [[f"{form}, ms", *(num(curve[form].get(t), 1) for t in sizes)] for form in forms]
+        + [
+            [f"{form}, x T = 1", *(num(curve[form][t] / one[form], 2) for t in sizes)]
+            for form in forms
+            if one[form]
+        ],
+    )
+    lines += [
+        "",
+        f"Weight bytes {record.get('weight_bytes')}; read bandwidth "
+        f"{num(record.get('bandwidth_bytes_per_s', 0) / 1e9, 1)} GB/s; the weight-reading floor "
+        f"{num(record.get('floor_ms'), 1)} ms.",
+    ]
+    naive = record.get("generate_ar") or {}
+    if naive:
+        lines += ["", "The naive loop with each form:", ""]
+        lines += table(
+            ["form", "tok/s", "same tokens"],
+            [
+                [form, num(v.get("tokens_per_s"), 1), num(v.get("same_tokens_as_first"), 2)]
+                for form, v in naive.items()
+            ],
+        )
+    return lines
+
+
+def dsia_section(record: dict[str, Any]) -> list[str]:
+    """Every DSIA draft's acceptance (greedy and at temperature 0.7) and cost, and the plot."""
+    lines = table(
+        ["draft", "kind", "alpha (greedy)", "alpha (1 - TV, T 0.7)", "c", "layers skipped"],
+        [
+            [
+                f"`{r['name']}`",
+                str(r.get("kind", "")),
+                num(r.get("alpha_greedy")),
+                num(r.get("alpha_tv")),
+                num(r.get("c")),
+                num(r.get("sparsity"), 2),
+            ]
+            for r in record["rows"]
+        ],
+    )
+    return [*lines, "", "![alpha against c for every DSIA draft](bench/dsia_alpha_c.png)"]
+
+
+def gpu_forward_section(record: dict[str, Any]) -> list[str]:
+    """A GPU forward's wall time against the host's time to issue it, per dtype."""
+    lines: list[str] = []
+    for dtype, d in record.items():
+        if dtype == "environment" or not isinstance(d, dict) or "gpu_ms" not in d:
+            continue
+        sizes = list(d["gpu_ms"])
+        lines += [f"{dtype}:", ""]
+        lines += table(
+            ["T", *sizes],
+            [
+                ["forward, ms", *(num(d["gpu_ms"][t], 1) for t in sizes)],
+                ["issue, ms", *(num(d["issue_ms"][t], 1) for t in sizes)],
+            ],
+        )
+        lines += [
+            "",
+            f"Kernels per forward {num(d.get('kernels_per_forward'), 0)}; GPU busy "
+            f"{num(d.get('gpu_busy_ms_per_forward'), 1)} ms a forward; host-device syncs per 16 "
+            f"tokens {num(d.get('syncs_per_16_tokens'))}; naive loop "
+            f"{num(d.get('ar_tok_s'), 1)} tok/s.",
+            "",
+        ]
+    return lines[:-1] if lines else lines
+
+
+def generic_section(record: dict[str, Any]) -> list[str]:
+    """A record of no known shape: every scalar it holds, by its path in the JSON."""
+    flat = [(path, value) for path, value in _scalars(record) if not path.startswith("environment")]
+    lines = table(["quantity", "value"], [[f"`{p}`", num(v, 4)] for p, v in flat[:GENERIC_ROWS]])
+    if len(flat) > GENERIC_ROWS:
+        lines += ["", f"({len(flat) - GENERIC_ROWS} more in the record.)"]
+    return lines
+
+
+def _scalars(value: Any, path: str = "") -> Iterable[tuple[str, Any]]:
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            yield from _scalars(inner, f"{path}.{key}" if path else str(key))
+    elif isinstance(value, list):
+        for index, inner in enumerate(value):
+            yield from _scalars(inner, f"{path}[{index}]")
+    else:
+        yield path, value
+
+
+def section(name: str, record: dict[str, Any]) -> list[str]:
+    """One record's section: title, provenance, then the figures for its shape."""
+    if "settings" in record and "records" in record:
+        body = bench_section(record)
+    elif "curve_ms" in record:
+        body = verify_curve_section(record)
+    elif name.startswith("dsia") and "rows" in record:
+        body = dsia_section(record)
+    elif any(isinstance(v, dict) and "gpu_ms" in v for v in record.values()):
+        body = gpu_forward_section(record)
+    else:
+        body = generic_section(record)
+    title = TITLES.get(name, name.replace("_", " "))
+    return [f"## {title}", "", *source(name, record), "", *body, ""]
+
+
+HEADER = """# Results
+
+This page is generated: `make results` (`python -m casspec_ref.tools.results`) writes it from
+the records in [`docs/bench/`](bench/), and a test fails when it differs from what those records
+give. Each section names the record, the command that produced it, the commit it ran and the
+machine. How the bench measures and what each column means: [benchmarks.md](benchmarks.md).
+
+Columns of the bench tables: *speedup* is Spec-Bench's (the mean over questions of tokens/s,
+over the same mean for the naive loop) with its 95% bootstrap interval over the questions;
+*decode* leaves each turn's prompt forward and first token out for both methods; *total* is
+total tokens over total time; *MAT* is the mean tokens per target forward, bonus token included;
+*tok/s* is the mean over questions; *= naive loop* says whether every greedy output equals the
+naive loop's token for token (sampled runs are not compared token for token).
+"""
+
+
+def render(records: dict[str, dict[str, Any]]) -> str:
+    """The whole page from the records, in the page's order."""
+    lines = [HEADER]
+    lines += ["| record | section |", "|---|---|"]
+    lines += [
+        f"| [`{name}.json`](bench/{name}.json) | {TITLES.get(name, name.replace('_', ' '))} |"
+        for name in records
+    ]
+    lines.append("")
+    for name, record in records.items():
+        lines += section(name, record)
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m casspec_ref.tools.results",
+        description="Write docs/results.md from the records in docs/bench/.",
+    )
+    parser.add_argument("--records", type=Path, default=RECORDS, help="folder of JSON records")
+    parser.add_argument("--out", type=Path, default=PAGE, help="the page to write")
+    parser.add_argument(
+        "--check", action="store_true", help="write nothing; exit 1 if the page is out of date"
+    )
+    args = parser.parse_args(argv)
+    try:
+        page = render(load_records(args.records))
+    except (OSError, ValueError, KeyError) as error:
+        print(f"error: cannot read the records in {args.records}: {error!r}", file=sys.stderr)
+        return 2
+    if args.check:
+        current = args.out.read_text() if args.out.exists() else ""
+        if current != page:
+            print(f"{args.out} is out of date: run `make results`", file=sys.stderr)
+            return 1
+        return 0
+    args.out.write_text(page)
+    print(f"wrote {args.out} from the records in {args.records}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

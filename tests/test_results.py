@@ -1,0 +1,97 @@
+"""docs/results.md is exactly what the generator makes of the committed records in docs/bench/."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+import casspec_ref
+from casspec_ref.tools import results
+
+ROOT = Path(casspec_ref.__file__).parent.parent
+RECORDS = ROOT / "docs" / "bench"
+
+
+@pytest.fixture(scope="module")
+def records() -> dict:
+    return results.load_records(RECORDS)
+
+
+def test_the_committed_page_is_what_the_committed_records_give(records: dict) -> None:
+    page = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
+    assert page == results.render(records), "docs/results.md is stale: run `make results`"
+
+
+def test_every_record_is_on_the_page_with_its_command_commit_and_machine(records: dict) -> None:
+    page = results.render(records)
+    assert {"cpu_heldout_greedy", "cpu_bundled_greedy", "cpu_heldout_sampling"} <= set(records)
+    for name, record in records.items():
+        env = record["environment"]
+        section = page.split(f"[`docs/bench/{name}.json`]", 1)[1].split("\n## ", 1)[0]
+        assert f"Command: `{env['command']}`" in section, name
+        assert env["git_commit"] in section and env["machine"] in section, name
+
+
+def test_every_method_of_a_bench_record_is_shown(records: dict) -> None:
+    """A method the generator has never heard of (cas-spec:paper, say) gets its rows."""
+    record = copy.deepcopy(records["cpu_heldout_greedy"])
+    added = [
+        {**r, "method": "cas-spec:paper", "speedup": 1.2345678}
+        for r in record["records"]
+        if r["method"] == "cas-spec"
+    ]
+    record["records"] += added
+    page = results.render({"cpu_heldout_greedy": record})
+    overall = [line for line in page.splitlines() if line.startswith("| `cas-spec:paper` | ")]
+    assert len(overall) == 2  # the overall table and the per-group table
+    assert overall[0].split(" | ")[1].startswith("1.235 ")
+    assert overall[1].count("1.235 (") == len(added) - 1  # every group, "overall" excluded
+
+
+def test_a_record_of_unknown_shape_appears_with_its_figures(records: dict) -> None:
+    busy = {
+        "environment": {"command": "python benchmarks/x.py", "machine": "m", "git_commit": "abc"},
+        "threads": {"2": {"tokens_per_s": 12.5}},
+    }
+    page = results.render({**records, "busy_machine": busy})
+    assert "## A busy machine" in page and "| `threads.2.tokens_per_s` | 12.5000 |" in page
+    assert page.index("## A busy machine") > page.index("## DSIA drafts")
+
+
+def test_divergences_are_counted_and_shown(records: dict) -> None:
+    record = copy.deepcopy(records["cpu_bundled_greedy"])
+    record["divergences"] = [{"method": "pld:3", "question": 1, "turn": 0, "token": 10}]
+    page = results.render({"x": record})
+    assert "Divergences from the naive loop: 1." in page and '"token": 10' in page
+
+
+def test_check_mode_fails_on_a_stale_page_and_passes_on_a_fresh_one(tmp_path: Path) -> None:
+    folder = tmp_path / "bench"
+    folder.mkdir()
+    (folder / "gpu_forward.json").write_text((RECORDS / "gpu_forward.json").read_text())
+    page = tmp_path / "results.md"
+    argv = ["--records", str(folder), "--out", str(page)]
+    assert results.main([*argv, "--check"]) == 1  # no page yet
+    assert results.main(argv) == 0
+    assert results.main([*argv, "--check"]) == 0
+    record = json.loads((folder / "gpu_forward.json").read_text())
+    record["float32"]["ar_tok_s"] = 1.0
+    (folder / "gpu_forward.json").write_text(json.dumps(record))
+    assert results.main([*argv, "--check"]) == 1
+
+
+def test_a_missing_or_broken_records_folder_is_a_clear_error(tmp_path: Path, capsys) -> None:
+    assert results.main(["--records", str(tmp_path / "absent"), "--check"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    (tmp_path / "bad.json").write_text("{")
+    assert results.main(["--records", str(tmp_path), "--out", str(tmp_path / "p.md")]) == 2
+    assert "cannot read the records" in capsys.readouterr().err
+
+
+def test_numbers_print_fixed_and_missing_values_as_a_dash() -> None:
+    assert results.num(1.23456) == "1.235" and results.num(2.5, 1) == "2.5"
+    assert results.num(None) == "-" and results.num(float("nan")) == "-"
+    assert results.num(True) == "yes" and results.num(7) == "7"
