@@ -10,12 +10,14 @@ script measures, on SmolLM2-135M (the embedded GGUF, or ``--random-weights``):
   cached tokens (causal), and of the 256-token prefill itself, median of ``--repeats`` (7), with
   every linear in plain ``F.linear`` ("before") and with the table calibrated by
   `casspec_ref.accel.kernel_table` ("after"; above 16 rows, its row classes), the two
-  interleaved in every repeat so that load on a shared machine hits both alike;
+  interleaved in every repeat so that a change in the machine's speed hits both alike;
 - the read bandwidth (median of 7 sums over a 512 MiB buffer) and the floor it implies;
 - with ``--ar N``: greedy `generate_ar` of N tokens on one prompt, before and after (fp32).
 
-It prints the table chosen on this machine and a JSON record (``--json PATH`` to keep it).
-Run: ``OMP_NUM_THREADS=2 python benchmarks/verify_curve.py --ar 128``.
+It prints the table chosen on this machine and a JSON record (``--json PATH`` to keep it; its
+``environment`` names the command, machine and commit). docs/results.md shows the record
+docs/bench/cpu_verify_curve.json, written (with ``OMP_NUM_THREADS=2``) by
+``python benchmarks/verify_curve.py --ar 128 --json docs/bench/cpu_verify_curve.json``.
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ import argparse
 import json
 import os
 import platform
+import shlex
 import statistics
+import sys
 import time
 
 import torch
@@ -36,6 +40,7 @@ from casspec_ref.config import smollm2_135m
 from casspec_ref.generate import generate_ar
 from casspec_ref.kv_cache import KVCache
 from casspec_ref.model import Transformer
+from casspec_ref.tools.bench import environment
 
 SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
 CONTEXT = 256
@@ -156,7 +161,11 @@ def main() -> None:
         f"\nweights {weight_bytes / 1e6:.0f} MB, read bandwidth {bandwidth / 1e9:.1f} GB/s, "
         f"floor {floor_ms:.1f} ms; T=1 after / floor = {curve['after'][1] / floor_ms:.2f}"
     )
+    threads = os.environ.get("OMP_NUM_THREADS")
+    prefix = f"OMP_NUM_THREADS={threads} " if threads else ""
+    command = prefix + shlex.join(["python", "benchmarks/verify_curve.py", *sys.argv[1:]])
     record: dict[str, object] = {
+        "environment": environment("cpu", "float32", command),
         "curve_ms": curve,
         "weight_bytes": weight_bytes,
         "bandwidth_bytes_per_s": bandwidth,
