@@ -7,7 +7,7 @@ For each configuration (an `ExecutionPlan`, or prompt lookup):
 - alpha_tv: mean of 1 - TV(p, q) at temperature 0.7 over the same positions (the acceptance
   probability of one sampled draft token);
 - c: the draft's one-token decode forward time over the target's, fastest of interleaved rounds
-  in the same run (so that the load of a shared machine hits both alike).
+  in the same run (so that any load on the machine hits both alike).
 Prints the table and writes the record docs/bench/dsia_table.json (with its command, machine and
 commit; docs/results.md shows it, `make results`) and docs/bench/dsia_alpha_c.png with the
 effective cascade boundary of docs/method.md §3 (an upper draft beats PLD alone iff
@@ -112,8 +112,8 @@ def tv_alpha(target_logits: torch.Tensor, draft_logits: torch.Tensor, temperatur
 def time_plans(model, plans: list[ExecutionPlan], ctx_ids: list[int], rounds: int) -> list[float]:
     """Fastest one-token decode forward time per plan (seconds) over interleaved rounds.
 
-    The minimum, not the median: on a shared machine the noise is other processes' load, which
-    only ever adds time, so the minimum of interleaved rounds is the least biased estimate.
+    The minimum, not the median: timing noise is other processes' load, which only ever adds
+    time, so the minimum of interleaved rounds is the least biased estimate.
     """
     cache = KVCache(model.config, len(ctx_ids) + 2, torch.float32)
     model.forward(torch.tensor([ctx_ids[:-1]]), cache=cache, last_only=True)

@@ -1,9 +1,9 @@
 """Every decoding method at the edge of the context: prompt + max_new_tokens == max_seq_len.
 
 Each drafting path must cap its proposal to the cache room it was given. The repetitive prompt
-makes prompt lookup propose long continuations, which a vertical cascade used to review in one
-draft forward past the end of the cache ("KV cache overflow" on a valid request). Model seeds 1
-and 5 are ones that reproduced that overflow, greedy and sampled, before the cap.
+makes prompt lookup propose long continuations, which a vertical cascade without the cap would
+review in one draft forward past the end of the cache ("KV cache overflow" on a valid request).
+Model seeds 1 and 5 reproduce that overflow without the cap, greedy and sampled.
 """
 
 from __future__ import annotations

@@ -1024,8 +1024,8 @@ def main(argv: Sequence[str] | None = None, *, model: Any = None, tokenizer: Any
                         progress.step(method)
                     continue
                 reference = None
-                # Methods alternate within each question, so that drifts of a shared machine
-                # hit every method alike.
+                # Methods alternate within each question, so that a drift in the machine's
+                # speed hits every method alike.
                 for method in methods:
                     try:
                         record = run_question(
