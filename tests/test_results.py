@@ -29,7 +29,12 @@ def test_every_record_is_on_the_page_with_its_command_commit_and_machine(records
     page = results.render(records)
     assert {"cpu_heldout_greedy", "cpu_bundled_greedy", "cpu_heldout_sampling"} <= set(records)
     for name, record in records.items():
-        env = record["environment"]
+        env = record.get("environment", {})
+        missing = {"command", "machine", "git_commit"} - {k for k, v in env.items() if v}
+        assert not missing, (
+            f"docs/bench/{name}.json: its environment lacks {sorted(missing)} "
+            "(casspec_ref.tools.bench.environment(device, dtype, command) writes them)"
+        )
         section = page.split(f"[`docs/bench/{name}.json`]", 1)[1].split("\n## ", 1)[0]
         assert f"Command: `{env['command']}`" in section, name
         assert env["git_commit"] in section and env["machine"] in section, name

@@ -100,7 +100,7 @@ def table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
 def source(name: str, record: dict[str, Any]) -> list[str]:
     """The provenance every section opens with: file, command, commit, machine, software."""
     env = record.get("environment", {})
-    commit = env.get("git_commit") or "not recorded"
+    commit = f"`{env['git_commit']}`" if env.get("git_commit") else "not recorded"
     if env.get("commit_source"):
         commit += f" ({env['commit_source']})"
     software = ", ".join(
@@ -110,7 +110,7 @@ def source(name: str, record: dict[str, Any]) -> list[str]:
     lines = [
         f"- Record: [`docs/bench/{name}.json`](bench/{name}.json)",
         f"- Command: `{env.get('command', 'not recorded')}`",
-        f"- Commit: `{commit}`",
+        f"- Commit: {commit}",
         f"- Machine: {machine}" + (f"; {software}" if software else ""),
     ]
     if env.get("time"):
@@ -170,6 +170,13 @@ def bench_section(record: dict[str, Any]) -> list[str]:
     )
     sampled = settings.get("temperature", 0.0) != 0.0
     lines += divergence_lines(record.get("divergences") or [], sampled)
+    curve = record.get("verify_curve_ms") or {}
+    if curve:
+        lines += [
+            "",
+            "The target's forward over T new tokens after 256 cached, ms (`--verify-curve`):",
+        ]
+        lines += [""] + table(["T", *curve], [["ms", *(num(v, 1) for v in curve.values())]])
     for method, learned in (record.get("dytc") or {}).items():
         lines += dytc_lines(method, learned)
     return lines
