@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -100,3 +101,33 @@ def test_numbers_print_fixed_and_missing_values_as_a_dash() -> None:
     assert results.num(1.23456) == "1.235" and results.num(2.5, 1) == "2.5"
     assert results.num(None) == "-" and results.num(float("nan")) == "-"
     assert results.num(True) == "yes" and results.num(7) == "7"
+
+
+# Pages that send the reader to results.md for figures: a speed, a time, a ratio or an (alpha, c)
+# value quoted on one of them would go stale when the records change.
+DEFERRING_PAGES = (
+    "README.md",
+    "docs/index.md",
+    "docs/benchmarks.md",
+    "docs/dsia.md",
+    "docs/smollm2.md",
+)
+RUN_FIGURE = re.compile(
+    r"\d\s*tok/s|\d\s*ms\b|\b\d+\.\d+x\b|\bspeedup (?:of )?\d|\b(?:alpha|c)\s*[=~]\s*0\.\d",
+    re.IGNORECASE,
+)
+
+
+def run_figures(text: str) -> list[str]:
+    return [m.group(0) for m in RUN_FIGURE.finditer(text)]
+
+
+@pytest.mark.parametrize("page", DEFERRING_PAGES)
+def test_pages_that_defer_to_results_quote_no_run_figure(page: str) -> None:
+    assert run_figures((ROOT / page).read_text(encoding="utf-8")) == [], page
+
+
+def test_the_run_figure_check_catches_quoted_figures() -> None:
+    planted = "ar 33.3 tok/s; a forward 28.2 ms; cas-spec 1.15x; the int8 draft at c = 0.63"
+    assert len(run_figures(planted)) == 4
+    assert run_figures("torch 2.13.0, 18 questions, MAT 1.00 for the naive loop, top-p 0.9") == []
