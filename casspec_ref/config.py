@@ -47,24 +47,60 @@ class ModelConfig:
 
 def tiny_llama(**overrides: Any) -> ModelConfig:
     """A tiny Llama-family config for tests (GQA with 2 query heads per KV head, untied head)."""
-    return replace(ModelConfig(
-        family="llama", vocab_size=61, n_layers=3, d_model=32, n_heads=4, n_kv_heads=2, d_ff=48,
-        max_seq_len=64, tie_embeddings=False, bos_id=1, eos_ids=(2,),
-    ), **overrides)  # fmt: skip
+    return replace(
+        ModelConfig(
+            family="llama",
+            vocab_size=61,
+            n_layers=3,
+            d_model=32,
+            n_heads=4,
+            n_kv_heads=2,
+            d_ff=48,
+            max_seq_len=64,
+            tie_embeddings=False,
+            bos_id=1,
+            eos_ids=(2,),
+        ),
+        **overrides,
+    )
 
 
 def tiny_gpt2(**overrides: Any) -> ModelConfig:
     """A tiny GPT-2-family config for tests (tied head, biases everywhere)."""
-    return replace(ModelConfig(
-        family="gpt2", vocab_size=53, n_layers=3, d_model=32, n_heads=4, n_kv_heads=4, d_ff=64,
-        max_seq_len=64, tie_embeddings=True, attention_bias=True, bos_id=None, eos_ids=(0,),
-    ), **overrides)  # fmt: skip
+    return replace(
+        ModelConfig(
+            family="gpt2",
+            vocab_size=53,
+            n_layers=3,
+            d_model=32,
+            n_heads=4,
+            n_kv_heads=4,
+            d_ff=64,
+            max_seq_len=64,
+            tie_embeddings=True,
+            attention_bias=True,
+            bos_id=None,
+            eos_ids=(0,),
+        ),
+        **overrides,
+    )
 
 
 def smollm2_135m() -> ModelConfig:
     """SmolLM2-135M-Instruct, as stored in the embedded GGUF (see docs/smollm2.md)."""
     return ModelConfig(
-        family="llama", vocab_size=49152, n_layers=30, d_model=576, n_heads=9, n_kv_heads=3,
-        d_ff=1536, max_seq_len=8192, norm_eps=1e-5, rope_theta=100000.0, tie_embeddings=True,
-        attention_bias=False, bos_id=1, eos_ids=(2,),
-    )  # fmt: skip
+        family="llama",
+        vocab_size=49152,
+        n_layers=30,
+        d_model=576,
+        n_heads=9,
+        n_kv_heads=3,
+        d_ff=1536,
+        max_seq_len=8192,
+        norm_eps=1e-5,
+        rope_theta=100000.0,
+        tie_embeddings=True,
+        attention_bias=False,
+        bos_id=1,
+        eos_ids=(2,),
+    )

@@ -100,9 +100,13 @@ class StepDrafter:
         self.charged[name] = (calls_before + calls, seconds + self.clock() - start)
 
     def add_node(
-        self, parent: int, token: int, info: NodeInfo,
-        rule: ChildRule = ChildRule.DETERMINISTIC, q: np.ndarray | None = None,
-    ) -> int:  # fmt: skip
+        self,
+        parent: int,
+        token: int,
+        info: NodeInfo,
+        rule: ChildRule = ChildRule.DETERMINISTIC,
+        q: np.ndarray | None = None,
+    ) -> int:
         """Add one child of `parent` (its rule and law q as `DraftTree.add_child` takes them)."""
         node = self.tree.add_child(parent, token, rule, q)
         self.info.append(info)

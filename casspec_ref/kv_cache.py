@@ -23,9 +23,13 @@ class KVCache:
     """Preallocated K/V buffers for every layer, with an explicit verified ``length``."""
 
     def __init__(
-        self, config: ModelConfig, max_len: int, dtype: torch.dtype = torch.float32,
-        device: torch.device | str = "cpu", batch: int = 1,
-    ) -> None:  # fmt: skip
+        self,
+        config: ModelConfig,
+        max_len: int,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+        batch: int = 1,
+    ) -> None:
         model_checks.check_kv_cache(config, max_len, dtype, batch)
         self.config = config
         self.max_len = max_len

@@ -18,11 +18,11 @@ from casspec_ref.config import ModelConfig
 
 #: The names a `LinearKernel` is called with, one per kind of linear layer in the model.
 LINEAR_NAMES = (
-    "attn_q", "attn_k", "attn_v", "attn_o",
-    "mlp_gate", "mlp_up", "mlp_down",  # Llama's SwiGLU MLP
-    "mlp_fc", "mlp_proj",  # GPT-2's MLP
-    "head",
-)  # fmt: skip
+    ("attn_q", "attn_k", "attn_v", "attn_o")
+    + ("mlp_gate", "mlp_up", "mlp_down")  # Llama's SwiGLU MLP
+    + ("mlp_fc", "mlp_proj")  # GPT-2's MLP
+    + ("head",)
+)
 
 #: How a plan computes a linear layer's ``x @ weight.T + bias``: ``kernel(x, weight, bias, layer,
 #: name)``, ``layer`` -1 for the LM head; ``name`` (`LINEAR_NAMES`) lets a strategy pick linears.

@@ -1,10 +1,12 @@
-"""The speculative decoding loop: draft a tree, verify it in one target forward, commit, repeat.
+"""The speculative decoding loop: draft a tree, verify it in one target forward, commit, observe.
 
-One step (docs/method.md §4-§5): a schedule (`casspec_ref.schedules`) drafts a `DraftTree` whose
-root is the last committed token; ONE target forward over [root + every node], with the tree's
-mask and positions, gives the processed law p of every node; `verify.verify_tree` accepts a path
-and draws the next token; `KVCache.commit` keeps the root and the accepted path, so the cache
-equals a fresh prefill of the accepted prefix. Choices and statistics: docs/design.md.
+One step (`speculative_step`, docs/method.md §4-§5): a schedule (`casspec_ref.schedules`) drafts
+a `DraftTree` whose root is the last committed token; ONE target forward over [root + every
+node], with the tree's mask and positions, gives the processed law p of every node;
+`verify.verify_tree` accepts a path and draws the next token; `KVCache.commit` keeps the root and
+the accepted path, so the cache equals a fresh prefill of the accepted prefix; then the schedule
+learns from the step and its observers (`StepStats`, ``on_step``) see it as a `StepTrace`. The
+step itself keeps no statistics. Choices and statistics: docs/design.md.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
@@ -39,9 +41,11 @@ METHODS = ("ar", *[name for name in SCHEDULES if name != "cas-spec"], "cas-spec"
 
 @dataclass(frozen=True)
 class StepTrace:
-    """What `on_step` receives after each speculative step (for a --show-tree trace): the tree,
-    each node's draft name, the verifier's result, the tokens whose K/V the cache holds after
-    the commit (prompt + committed, root included) and the live cache (read it only)."""
+    """What the observers of a step see (`StepStats`, then ``on_step``, e.g. a --show-tree trace):
+    the tree, each node's draft name, the verifier's result, the tokens whose K/V the cache holds
+    after the commit (prompt + committed, root included), the live cache (read it only), and
+    what the step cost: its draft forwards and its seconds drafting (of which planning) and
+    verifying."""
 
     step: int
     tree: DraftTree
@@ -49,18 +53,66 @@ class StepTrace:
     result: VerifyResult
     prefix: list[int]
     cache: KVCache
+    draft_forwards: int = 0
+    draft_s: float = 0.0
+    # Planning: drafting time not spent in draft forwards or lookups (policy, bookkeeping).
+    plan_s: float = 0.0
+    verify_s: float = 0.0  # the target forward, the verifier and the commit
+
+
+@dataclass
+class StepStats:
+    """The statistics of one speculative generation, gathered by observing its prefill and each
+    step; `summary` is the ``stats`` dict of its `GenerationResult` (keys: docs/design.md)."""
+
+    method: str = ""
+    levels: list[str] = field(default_factory=list)
+    accepted_lengths: list[int] = field(default_factory=list)  # drafted tokens accepted per step
+    steps: int = 0
+    target_forwards: int = 0  # the prefill's included
+    proposed: Counter[str] = field(default_factory=Counter)  # drafted nodes per draft name
+    accepted: Counter[str] = field(default_factory=Counter)  # accepted nodes per draft name
+    draft_forwards: int = 0
+    tree_sizes: list[int] = field(default_factory=list)  # nodes per step, the root included
+    branching_steps: int = 0  # steps whose tree has a node with two children or more
+    time_draft_s: float = 0.0
+    time_plan_s: float = 0.0
+    time_verify_s: float = 0.0  # the prefill's forward included
+
+    def observe_prefill(self, seconds: float) -> None:
+        self.target_forwards += 1
+        self.time_verify_s += seconds
+
+    def observe(self, trace: StepTrace) -> None:
+        tree = trace.tree
+        self.steps += 1
+        self.target_forwards += 1
+        self.draft_forwards += trace.draft_forwards
+        self.accepted_lengths.append(len(trace.result.accepted))
+        self.tree_sizes.append(len(tree))
+        self.branching_steps += int(any(len(tree.children(n)) > 1 for n in range(len(tree))))
+        self.proposed.update(trace.sources[1:])
+        self.accepted.update(trace.sources[node] for node in trace.result.accepted)
+        self.time_draft_s += trace.draft_s
+        self.time_plan_s += trace.plan_s
+        self.time_verify_s += trace.verify_s
+
+    def summary(self, new_tokens: int, seconds: float) -> dict[str, Any]:
+        """Every field, with `mat` (tokens per target forward) and the time outside drafting and
+        verifying, for a generation of `new_tokens` tokens that took `seconds` in all."""
+        stats = {f.name: getattr(self, f.name) for f in fields(self)}
+        stats["mat"] = new_tokens / max(1, self.target_forwards) if new_tokens else 0.0
+        stats["time_other_s"] = max(0.0, seconds - self.time_draft_s - self.time_verify_s)
+        return stats
 
 
 def default_drafts(model: Any) -> tuple[ExecutionPlan, ...]:
     """The DSIA hierarchy used when `drafts` is None, cheapest level first: the preset a loader
-    attached (``model.preset_drafts``); else, from 12 layers on, the blocks found cheapest to
-    skip on SmolLM2 (docs/smollm2.md); else an early exit and a skipped middle MLP."""
+    attached for a known checkpoint (``model.preset_drafts``, `casspec_ref.io.presets`); else a
+    generic pair that fits any model: an exit before the last block and a skipped middle MLP."""
     if preset := getattr(model, "preset_drafts", None):
         return tuple(preset)
     n = model.config.n_layers
-    if n >= 12:
-        skips = frozenset(i for i in (3, 4, 5, 6, 7, 10, 14) if i < n - 2)
-        return (ExecutionPlan(skip_attention=skips, skip_mlp=skips, name="skip7"),)
     early = ExecutionPlan(exit_after=max(1, n - 1), name=f"exit{max(1, n - 1)}")
     skip = ExecutionPlan(skip_mlp=frozenset({n // 2}), name=f"skipmlp{n // 2}")
     return (early, skip)
@@ -69,7 +121,7 @@ def default_drafts(model: Any) -> tuple[ExecutionPlan, ...]:
 @dataclass
 class Decoding:
     """What one speculative generation carries from step to step: `prefill` starts it, each
-    `speculative_step` advances it by one draft-verify-commit step."""
+    `speculative_step` advances it by one draft-verify-commit-observe step."""
 
     model: Any
     prompt: list[int]
@@ -88,7 +140,7 @@ class Decoding:
     tokens: list[int] = field(default_factory=list)
     done: bool = False
     stopped: bool = False
-    stats: dict[str, Any] = field(default_factory=dict)
+    stats: StepStats = field(default_factory=StepStats)
 
     def emit(self, token: int) -> None:
         """Append one generated token; mark the generation done on a stop token or the limit."""
@@ -102,43 +154,59 @@ class Decoding:
 
 def prefill(state: Decoding) -> None:
     """Run the whole prompt through the target and draw the first token, as `generate_ar` does."""
-    t0 = state.clock()
+    start = state.clock()
     prompt_t = torch.tensor([state.prompt], dtype=torch.long, device=state.cache.k.device)  # (1,P)
     logits = state.model.forward(prompt_t, None, cache=state.cache, last_only=True)  # (1, 1, V)
     s = state.sampling
     law = target_law(logits[0, -1], s.temperature, s.top_k, s.top_p).cpu().numpy()  # (V,)
-    state.stats["time_verify_s"] += state.clock() - t0
-    state.stats["target_forwards"] += 1
+    state.stats.observe_prefill(state.clock() - start)
     state.emit(int(state.rng.categorical(law)))
 
 
+def speculative_step(state: Decoding) -> VerifyResult:
+    """One step: draft a tree, verify it in one target forward, commit the accepted path, let
+    the observers see the step; then emit its tokens."""
+    start = state.clock()
+    drafter = draft_tree(state)
+    drafted = state.clock()
+    result, logits = verify(state, drafter.tree)
+    commit(state, drafter.tree, result, logits)
+    observe(state, drafter, result, drafted - start, state.clock() - drafted)
+    for token in result.emitted:  # a stop token the verifier accepted is emitted last
+        state.emit(token)
+        if state.done:
+            break
+    return result
+
+
 def draft_tree(state: Decoding) -> StepDrafter:
-    """Step part 1: the schedule drafts a tree whose root is the last committed token."""
-    t0 = state.clock()
+    """Draft: the schedule grows a tree whose root is the last committed token."""
     room = state.cache.max_len - state.cache.length
     remaining = state.max_new_tokens - len(state.tokens)
     runner = DraftRunner(state.model, state.cache)
     drafter = StepDrafter(
-        state.tokens[-1], state.pld.tokens, runner, state.pld, state.levels, state.sampling,
-        state.rng, max_nodes=min(state.schedule.max_nodes, room),
-        max_depth=max(0, min(remaining - 1, room - 1)), clock=state.clock,
+        state.tokens[-1],
+        state.pld.tokens,
+        runner,
+        state.pld,
+        state.levels,
+        state.sampling,
+        state.rng,
+        max_nodes=min(state.schedule.max_nodes, room),
+        max_depth=max(0, min(remaining - 1, room - 1)),
+        clock=state.clock,
         recycler=state.recycler,
-    )  # fmt: skip
+    )
     if drafter.max_depth > 0:
         state.schedule.build(drafter)
-    state.stats["draft_forwards"] += runner.forwards
     runner.release()  # scratch rows go; the cache holds the verified prefix again
-    elapsed = state.clock() - t0
-    state.stats["time_draft_s"] += elapsed
-    # Planning: drafting time not spent in draft forwards or lookups (policy, bookkeeping).
-    state.stats["time_plan_s"] += max(0.0, elapsed - drafter.seconds())
     return drafter
 
 
-def verify_step(state: Decoding, drafter: StepDrafter) -> tuple[VerifyResult, float]:
-    """Step part 2: ONE target forward over the tree, the verifier, and the cache commit."""
-    t0 = state.clock()
-    tree, cache, base = drafter.tree, state.cache, state.cache.length
+def verify(state: Decoding, tree: DraftTree) -> tuple[VerifyResult, torch.Tensor]:
+    """Verify: ONE target forward over [root + every node] gives each node's processed law p;
+    the verifier accepts a path and draws the next token. Returns it and the logits (N, V)."""
+    cache, base = state.cache, state.cache.length
     device = cache.k.device
     node_tokens = torch.tensor([tree.tokens], dtype=torch.long, device=device)  # (1, N)
     positions = tree.positions(base)[None].to(device)  # (1, N)
@@ -149,46 +217,56 @@ def verify_step(state: Decoding, drafter: StepDrafter) -> tuple[VerifyResult, fl
     s = state.sampling
     target_probs = target_law(logits[0], s.temperature, s.top_k, s.top_p).cpu().numpy()  # (N, V)
     remaining = state.max_new_tokens - len(state.tokens)
-    result = verify_tree(tree, target_probs, state.rng, stop_ids=state.stops,
-                         max_accept=remaining - 1)  # fmt: skip
-    cache.commit(base, [0, *result.accepted])
+    result = verify_tree(
+        tree, target_probs, state.rng, stop_ids=state.stops, max_accept=remaining - 1
+    )
+    return result, logits[0]
+
+
+def commit(state: Decoding, tree: DraftTree, result: VerifyResult, logits: torch.Tensor) -> None:
+    """Commit: of the rows the verify forward appended, the cache keeps the root's and the
+    accepted path's, so it equals a fresh prefill of the accepted prefix; the token recycler
+    keeps what the target predicted after every node (`logits` (N, V)), for later steps."""
+    base = state.cache.length - len(tree)  # the verify forward appended one row per node
+    state.cache.commit(base, [0, *result.accepted])
     if state.recycler is not None:
-        state.recycler.update(tree.tokens, logits[0])  # what the target predicted, for later
-    seconds = state.clock() - t0
-    state.stats["time_verify_s"] += seconds
-    state.stats["target_forwards"] += 1
-    return result, seconds
+        state.recycler.update(tree.tokens, logits)
 
 
-def speculative_step(state: Decoding) -> VerifyResult:
-    """One step: draft a tree, verify it in one forward, commit, let the schedule learn."""
-    drafter = draft_tree(state)
-    result, seconds = verify_step(state, drafter)
-    state.schedule.observe(drafter, result.accepted, seconds)
-    tree, stats = drafter.tree, state.stats
-    stats["steps"] += 1
-    stats["accepted_lengths"].append(len(result.accepted))
-    stats["tree_sizes"].append(len(tree))
-    stats["branching_steps"] += int(any(len(tree.children(n)) > 1 for n in range(len(tree))))
-    sources = [info.source for info in drafter.info]
-    stats["proposed"].update(sources[1:])
-    stats["accepted"].update(sources[node] for node in result.accepted)
+def observe(
+    state: Decoding, drafter: StepDrafter, result: VerifyResult, draft_s: float, verify_s: float
+) -> None:
+    """Observe: the schedule learns from the step; the statistics, then ``on_step``, see its
+    `StepTrace`."""
+    state.schedule.observe(drafter, result.accepted, verify_s)
+    trace = StepTrace(
+        step=state.stats.steps + 1,
+        tree=drafter.tree,
+        sources=[info.source for info in drafter.info],
+        result=result,
+        prefix=state.prompt + state.tokens + result.accepted_tokens,
+        cache=state.cache,
+        draft_forwards=drafter.runner.forwards if drafter.runner is not None else 0,
+        draft_s=draft_s,
+        plan_s=max(0.0, draft_s - drafter.seconds()),
+        verify_s=verify_s,
+    )
+    state.stats.observe(trace)
     if state.on_step is not None:
-        prefix = state.prompt + state.tokens + result.accepted_tokens
-        state.on_step(StepTrace(stats["steps"], tree, sources, result, prefix, state.cache))
-    for token in result.emitted:  # a stop token the verifier accepted is emitted last
-        state.emit(token)
-        if state.done:
-            break
-    return result
+        state.on_step(trace)
 
 
 def start_decoding(
-    model: Any, prompt: list[int], max_new_tokens: int, method: str, sampling: DraftSampling,
-    rng: RandomSource, stops: frozenset[int] = frozenset(),
+    model: Any,
+    prompt: list[int],
+    max_new_tokens: int,
+    method: str,
+    sampling: DraftSampling,
+    rng: RandomSource,
+    stops: frozenset[int] = frozenset(),
     drafts: Hierarchy | Sequence[ExecutionPlan] | None = None,
     options: dict[str, Any] | None = None,
-) -> Decoding:  # fmt: skip
+) -> Decoding:
     """The state of one generation: drafts, schedule, cache, prompt lookup, counters. Takes the
     arguments as checked; ``options`` are `generate_speculative`'s keyword options."""
     options = options or {}
@@ -206,28 +284,40 @@ def start_decoding(
     param = next(model.parameters())
     total = len(prompt) + max_new_tokens + max(schedule.max_nodes, 64) + 1
     cache = KVCache(model.config, min(model.config.max_seq_len, total), param.dtype, param.device)
-    stats: dict[str, Any] = {
-        "method": method, "levels": names, "accepted_lengths": [], "steps": 0,
-        "target_forwards": 0, "proposed": Counter(), "accepted": Counter(), "draft_forwards": 0,
-        "tree_sizes": [], "branching_steps": 0,
-        "time_draft_s": 0.0, "time_plan_s": 0.0, "time_verify_s": 0.0,
-    }  # fmt: skip
-    pld = PromptLookup(prompt, options.get("pld", PromptLookupConfig()))
-    recycler = TokenRecycler() if schedule.uses_recycler else None
     return Decoding(
-        model, prompt, max_new_tokens, schedule, {p.name: p for p in levels}, sampling, rng,
-        stops, cache, pld, recycler, options.get("clock", time.perf_counter), stats=stats,
-    )  # fmt: skip
+        model=model,
+        prompt=prompt,
+        max_new_tokens=max_new_tokens,
+        schedule=schedule,
+        levels={p.name: p for p in levels},
+        sampling=sampling,
+        rng=rng,
+        stops=stops,
+        cache=cache,
+        pld=PromptLookup(prompt, options.get("pld", PromptLookupConfig())),
+        recycler=TokenRecycler() if schedule.uses_recycler else None,
+        clock=options.get("clock", time.perf_counter),
+        stats=StepStats(method, names),
+    )
 
 
 def generate_speculative(
-    model: Any, prompt_ids: Sequence[int] | torch.Tensor, max_new_tokens: int, *,
-    method: str = "cas-spec", temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
-    seed: int | None = None, rng: RandomSource | None = None, stop_ids: Iterable[int] = (),
+    model: Any,
+    prompt_ids: Sequence[int] | torch.Tensor,
+    max_new_tokens: int,
+    *,
+    method: str = "cas-spec",
+    temperature: float = 0.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    seed: int | None = None,
+    rng: RandomSource | None = None,
+    stop_ids: Iterable[int] = (),
     on_token: Callable[[int], None] | None = None,
     drafts: Hierarchy | Sequence[ExecutionPlan] | None = None,
-    on_step: Callable[[StepTrace], None] | None = None, **options: Any,
-) -> GenerationResult:  # fmt: skip
+    on_step: Callable[[StepTrace], None] | None = None,
+    **options: Any,
+) -> GenerationResult:
     """Generate with speculative decoding; the output law equals `generate_ar`'s.
 
     Args (those `generate_ar` also takes mean the same there):
@@ -247,8 +337,17 @@ def generate_speculative(
     )
     rng = rng if rng is not None else TorchRandomSource(seed=seed)
     if method == "ar":  # the naive loop itself, with the step statistics of a speculative run
-        ar = generate_ar(model, prompt, max_new_tokens, temperature=temperature, top_k=top_k,
-                         top_p=top_p, rng=rng, stop_ids=stops, on_token=on_token)  # fmt: skip
+        ar = generate_ar(
+            model,
+            prompt,
+            max_new_tokens,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            rng=rng,
+            stop_ids=stops,
+            on_token=on_token,
+        )
         steps = max(0, len(ar.tokens) - 1)
         ar.stats.update(accepted_lengths=[0] * steps, steps=steps)
         return ar
@@ -264,9 +363,9 @@ def generate_speculative(
             t_decode = state.clock()  # the prompt's forward and the first token are behind
             while not state.done:
                 speculative_step(state)
-    elapsed, stats, n = state.clock() - t_start, state.stats, len(state.tokens)
-    stats["mat"] = n / max(1, stats["target_forwards"]) if n else 0.0
-    stats["time_other_s"] = max(0.0, elapsed - stats["time_draft_s"] - stats["time_verify_s"])
+    elapsed, n = state.clock() - t_start, len(state.tokens)
     timing = {"prefill_s": t_decode - t_start, "decode_s": t_start + elapsed - t_decode}
     timing.update(total_s=elapsed, tokens_per_s=n / elapsed if elapsed > 0 else 0.0)
-    return GenerationResult(state.tokens, state.prompt, state.stopped, timing, stats)
+    return GenerationResult(
+        state.tokens, state.prompt, state.stopped, timing, state.stats.summary(n, elapsed)
+    )

@@ -40,9 +40,13 @@ class VerifyResult:
 
 
 def verify_tree(
-    tree: DraftTree, target_probs: Sequence[np.ndarray] | np.ndarray | torch.Tensor,
-    rng: RandomSource, *, stop_ids: Iterable[int] = (), max_accept: int | None = None,
-) -> VerifyResult:  # fmt: skip
+    tree: DraftTree,
+    target_probs: Sequence[np.ndarray] | np.ndarray | torch.Tensor,
+    rng: RandomSource,
+    *,
+    stop_ids: Iterable[int] = (),
+    max_accept: int | None = None,
+) -> VerifyResult:
     """Verify `tree` against one processed target law per node, in node order (1-D float64 or
     `Fraction` arrays, or an (N, V) array or tensor). Nothing is accepted after a token of
     `stop_ids`, nor after `max_accept` drafted tokens (None: no limit)."""
@@ -71,9 +75,13 @@ def verify_tree(
 
 
 def _test_children(
-    tree: DraftTree, node: int, children: list[int], residual: np.ndarray, rng: RandomSource,
+    tree: DraftTree,
+    node: int,
+    children: list[int],
+    residual: np.ndarray,
+    rng: RandomSource,
     decisions: list[tuple[int, bool]],
-) -> tuple[int | None, np.ndarray]:  # fmt: skip
+) -> tuple[int | None, np.ndarray]:
     """Test ``children`` in order; return (accepted child or None, residual after the tests)."""
     rule = tree.child_rule(node)
     conditional_q: np.ndarray | None = None  # WITHOUT_REPLACEMENT: q with earlier children removed

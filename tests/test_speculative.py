@@ -6,19 +6,27 @@ from __future__ import annotations
 import itertools
 import math
 import os
+from collections.abc import Iterator
 
 import pytest
 import torch
 
 from casspec_ref.base.random_weights import random_init_
 from casspec_ref.baselines import ScheduleOptions
-from casspec_ref.config import tiny_gpt2, tiny_llama
+from casspec_ref.config import ModelConfig, smollm2_135m, tiny_gpt2, tiny_llama
 from casspec_ref.dytc import DyTCConfig, DyTCPolicy
 from casspec_ref.generate import generate_ar
+from casspec_ref.io.presets import attach_preset_drafts, smollm2_cascade
 from casspec_ref.kv_cache import KVCache
 from casspec_ref.model import Transformer
 from casspec_ref.plan import ExecutionPlan
-from casspec_ref.speculative import METHODS, StepTrace, generate_speculative
+from casspec_ref.speculative import (
+    METHODS,
+    StepStats,
+    StepTrace,
+    default_drafts,
+    generate_speculative,
+)
 
 
 class _TickingClock:
@@ -340,4 +348,57 @@ def test_prefill_and_one_step_can_be_called_alone() -> None:
         result = speculative_step(state)
         assert result.emitted and state.cache.length == len(prompt) + len(state.tokens) - 1
     assert state.tokens == generate_ar(model, prompt, 12).tokens
-    assert state.stats["steps"] < 11  # prompt lookup drafted and some drafts were accepted
+    assert state.stats.steps < 11  # prompt lookup drafted and some drafts were accepted
+
+
+class _Checkpoint:
+    """What `attach_preset_drafts` reads of a loaded model: its config and its dtype."""
+
+    def __init__(self, config: ModelConfig, dtype: torch.dtype) -> None:
+        self.config = config
+        self.weight = torch.zeros(1, dtype=dtype)
+        self.preset_drafts = None
+
+    def parameters(self) -> Iterator[torch.Tensor]:
+        return iter([self.weight])
+
+
+def _loaded(config: ModelConfig, dtype: torch.dtype, name: str) -> list[ExecutionPlan]:
+    model = _Checkpoint(config, dtype)
+    attach_preset_drafts(model, name)  # type: ignore[arg-type]
+    return list(default_drafts(model))
+
+
+def test_default_drafts_are_the_loaders_preset_else_generic() -> None:
+    """SmolLM2-135M in float32 gets its int8 cascade, in another dtype its layer-skip draft;
+    any other checkpoint, however deep, gets the core's generic pair."""
+    config = smollm2_135m()
+    cascade = _loaded(config, torch.float32, "SmolLM2-135M-Instruct")
+    assert cascade == list(smollm2_cascade(config).levels)
+    (skip,) = _loaded(config, torch.bfloat16, "smollm2-135m-instruct.gguf")
+    assert skip.name == "skip7"
+    assert skip.skip_attention == skip.skip_mlp == frozenset({3, 4, 5, 6, 7, 10, 14})
+    generic = _loaded(config, torch.float32, "another-llama")
+    assert [(p.exit_after, p.skip_mlp) for p in generic] == [
+        (29, frozenset()),
+        (None, frozenset({15})),
+    ]
+    tiny = _loaded(tiny_llama(), torch.float64, "SmolLM2-135M")
+    assert [p.name for p in tiny] == ["exit2", "skipmlp1"]
+
+
+def test_the_statistics_are_what_an_observer_of_the_steps_sees() -> None:
+    """`stats` is what `StepStats` gathers from the prefill and every `StepTrace`: an observer
+    given the same traces through ``on_step`` counts the same, field for field."""
+    model = _model()
+    traces: list[StepTrace] = []
+    result = generate_speculative(
+        model, PROMPTS[0], 30, drafts=_drafts(model), on_step=traces.append, clock=model.clock
+    )
+    seen = StepStats("cas-spec", [plan.name for plan in _drafts(model)])
+    # The clock moves in forwards only, so the prefill's seconds are its forward's.
+    seen.observe_prefill(result.timing["prefill_s"])
+    for trace in traces:
+        seen.observe(trace)
+    assert seen.steps == len(traces) > 1 and seen.time_verify_s > 0 and seen.time_draft_s > 0
+    assert seen.summary(len(result.tokens), result.timing["total_s"]) == result.stats

@@ -75,10 +75,12 @@ class QuantKernel:
 
 
 def quant_plan(
-    bits: int = 8, weight_bits: int | None = None,
-    exclude: frozenset[str] | set[str] | tuple[str, ...] = (), group_size: int | None = None,
+    bits: int = 8,
+    weight_bits: int | None = None,
+    exclude: frozenset[str] | set[str] | tuple[str, ...] = (),
+    group_size: int | None = None,
     name: str | None = None,
-) -> ExecutionPlan:  # fmt: skip
+) -> ExecutionPlan:
     """A plan whose linears (all but ``exclude``) quantize their input activations, e.g.
     ``quant_plan(8, 8, exclude={"mlp_down"})``: W8A8 on every linear but the MLP down projection."""
     names = frozenset(LINEAR_NAMES) - frozenset(exclude)

@@ -3,10 +3,10 @@
 The loader (`casspec_ref.io.weights.load_model`) calls `attach_preset_drafts` with the
 checkpoint's name; a checkpoint this module knows gets its measured hierarchy as
 ``model.preset_drafts``, which `casspec_ref.speculative.default_drafts` then uses. Any other
-model gets the generic hierarchy of the core. Every preset is a function of the model config, so
-it validates against the model it runs on. `seed_hierarchy` builds the seed article's example
-hierarchy for any config. The presets' 8-bit levels use the real int8 kernel
-(`casspec_ref.accel.int8`).
+model gets the core's generic hierarchy: what was measured on one checkpoint lives here, not in
+the core. Every preset is a function of the model config, so it validates against the model it
+runs on. `seed_hierarchy` builds the seed article's example hierarchy for any config. The
+presets' 8-bit levels use the real int8 kernel (`casspec_ref.accel.int8`).
 
 `SMOLLM2_RANKING` is the sub-layer order found by `layer_search.search_layers` (greedy growth to
 24 units, beam 6, no refinement) on two calibration prompts that are *not* in the evaluation set;
@@ -34,16 +34,63 @@ from casspec_ref.plan import ExecutionPlan
 
 #: Cheapest-to-skip sub-layers of SmolLM2-135M first (protected blocks 0 and 29 excluded).
 SMOLLM2_RANKING: tuple[SubLayer, ...] = (
-    (5, "attn"), (6, "attn"), (7, "attn"), (9, "attn"), (7, "mlp"), (17, "attn"), (8, "attn"),
-    (12, "attn"), (4, "attn"), (25, "attn"), (1, "mlp"), (6, "mlp"), (9, "mlp"), (4, "mlp"),
-    (13, "mlp"), (11, "mlp"), (3, "attn"), (14, "attn"), (11, "attn"), (10, "attn"),
-    (12, "mlp"), (10, "mlp"), (2, "mlp"), (16, "attn"), (2, "attn"), (14, "mlp"), (15, "attn"),
-    (27, "attn"), (15, "mlp"), (18, "attn"), (20, "attn"), (3, "mlp"), (13, "attn"), (5, "mlp"),
-    (16, "mlp"), (19, "attn"), (22, "attn"), (21, "attn"), (21, "mlp"), (26, "attn"),
-    (28, "attn"), (8, "mlp"), (22, "mlp"), (17, "mlp"), (18, "mlp"), (23, "attn"), (24, "mlp"),
-    (27, "mlp"), (19, "mlp"), (26, "mlp"), (23, "mlp"), (24, "attn"), (20, "mlp"), (25, "mlp"),
-    (28, "mlp"), (1, "attn"),
-)  # fmt: skip
+    (5, "attn"),
+    (6, "attn"),
+    (7, "attn"),
+    (9, "attn"),
+    (7, "mlp"),
+    (17, "attn"),
+    (8, "attn"),
+    (12, "attn"),
+    (4, "attn"),
+    (25, "attn"),
+    (1, "mlp"),
+    (6, "mlp"),
+    (9, "mlp"),
+    (4, "mlp"),
+    (13, "mlp"),
+    (11, "mlp"),
+    (3, "attn"),
+    (14, "attn"),
+    (11, "attn"),
+    (10, "attn"),
+    (12, "mlp"),
+    (10, "mlp"),
+    (2, "mlp"),
+    (16, "attn"),
+    (2, "attn"),
+    (14, "mlp"),
+    (15, "attn"),
+    (27, "attn"),
+    (15, "mlp"),
+    (18, "attn"),
+    (20, "attn"),
+    (3, "mlp"),
+    (13, "attn"),
+    (5, "mlp"),
+    (16, "mlp"),
+    (19, "attn"),
+    (22, "attn"),
+    (21, "attn"),
+    (21, "mlp"),
+    (26, "attn"),
+    (28, "attn"),
+    (8, "mlp"),
+    (22, "mlp"),
+    (17, "mlp"),
+    (18, "mlp"),
+    (23, "attn"),
+    (24, "mlp"),
+    (27, "mlp"),
+    (19, "mlp"),
+    (26, "mlp"),
+    (23, "mlp"),
+    (24, "attn"),
+    (20, "mlp"),
+    (25, "mlp"),
+    (28, "mlp"),
+    (1, "attn"),
+)
 
 
 def smollm2_drafts(config: ModelConfig) -> dict[str, ExecutionPlan]:
@@ -137,14 +184,32 @@ def smollm2_seed_hierarchy(config: ModelConfig) -> Hierarchy:
     return seed_hierarchy(config, ranking=SMOLLM2_RANKING, int8=True)
 
 
+#: SmolLM2's blocks cheapest to drop whole (docs/smollm2.md): the layer-skip draft used where
+#: the int8 cascade is not (another dtype, another SmolLM2 size).
+SMOLLM2_SKIP_BLOCKS = (3, 4, 5, 6, 7, 10, 14)
+
+
+def smollm2_skip_draft(config: ModelConfig) -> ExecutionPlan:
+    """One draft that skips `SMOLLM2_SKIP_BLOCKS` (those among a smaller model's blocks, its last
+    two always kept); it runs in any dtype."""
+    skips = frozenset(i for i in SMOLLM2_SKIP_BLOCKS if i < config.n_layers - 2)
+    plan = ExecutionPlan(skip_attention=skips, skip_mlp=skips, name="skip7")
+    plan.validate(config)
+    return plan
+
+
 def attach_preset_drafts(model: Transformer, checkpoint_name: str) -> None:
     """Give ``model`` the preset hierarchy of the checkpoint ``checkpoint_name``, if one is known.
 
     SmolLM2-135M (recognised by its name and its 30 x 576 shape) in float32 gets
-    `smollm2_cascade`; any other checkpoint keeps ``preset_drafts = None`` (the generic default).
+    `smollm2_cascade`; any other SmolLM2 checkpoint of 12 blocks or more, or one in another
+    dtype, gets `smollm2_skip_draft`; any other checkpoint keeps ``preset_drafts = None`` (the
+    core's generic default, `casspec_ref.speculative.default_drafts`).
     """
     config = model.config
     dtype = next(model.parameters()).dtype
     known = "smollm2" in checkpoint_name.lower().replace("-", "").replace(" ", "")
     if known and (config.n_layers, config.d_model) == (30, 576) and dtype == torch.float32:
         model.preset_drafts = tuple(smollm2_cascade(config).levels)
+    elif known and config.n_layers >= 12:
+        model.preset_drafts = (smollm2_skip_draft(config),)

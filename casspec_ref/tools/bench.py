@@ -63,6 +63,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from casspec_ref.tools.arguments import check_device, method_names, parse_size
+
 MT_BENCH_CATEGORIES = frozenset(
     {"writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities"}
 )
@@ -860,9 +862,7 @@ def main(argv: Sequence[str] | None = None, *, model: Any = None, tokenizer: Any
 
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
-    from casspec_ref.tools.cli import _check_device, _methods, parse_size
-
-    own_methods = list(_methods())
+    own_methods = list(method_names())
     available = own_methods + list(EXTERNAL_METHODS)
     methods = args.methods.split(",") if args.methods else own_methods
     methods = [m.strip() for m in methods if m.strip()]
@@ -904,7 +904,7 @@ def main(argv: Sequence[str] | None = None, *, model: Any = None, tokenizer: Any
         memory_budget = parse_size(args.memory_budget, "--memory-budget")
     except ValueError as exc:
         return _error(str(exc))
-    device_problem = _check_device(args.device)
+    device_problem = check_device(args.device)
     if device_problem:
         return _error(device_problem)
     if args.quick:

@@ -23,16 +23,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from casspec_ref.tools.arguments import check_device, method_names, parse_size
+
 DTYPES = ("float32", "bfloat16", "float64")
 DEFAULT_METHOD = "cas-spec"
-
-
-def _methods() -> tuple[str, ...]:
-    try:
-        from casspec_ref.speculative import METHODS
-    except ImportError:  # the speculative loop is optional for a bare-bones checkout
-        return ("ar",)
-    return tuple(METHODS)
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -53,7 +47,7 @@ def _build_parser() -> argparse.ArgumentParser:
     gen.add_argument(
         "--method",
         default=None,
-        help=f"decoding method, one of: {', '.join(_methods())} (default {DEFAULT_METHOD})",
+        help=f"decoding method, one of: {', '.join(method_names())} (default {DEFAULT_METHOD})",
     )
     gen.add_argument("--max-new-tokens", type=int, default=128, help="default 128")
     gen.add_argument(
@@ -131,18 +125,6 @@ def _resolve_dtype(name: str) -> Any:
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}[name]
 
 
-def _check_device(device: str) -> str | None:
-    import torch
-
-    if device == "cpu":
-        return None
-    if device.startswith("cuda"):
-        if not torch.cuda.is_available():
-            return f"--device {device}: CUDA is not available here; use --device cpu"
-        return None
-    return f"--device {device!r} is not supported: use cpu or cuda"
-
-
 class _TextStreamer:
     """Prints the decoded text as tokens arrive, holding back an incomplete UTF-8 character."""
 
@@ -168,13 +150,13 @@ class _TextStreamer:
 
 
 def _generate(args: argparse.Namespace) -> int:
-    methods = _methods()
+    methods = method_names()
     method = args.method or (DEFAULT_METHOD if DEFAULT_METHOD in methods else "ar")
     if method not in methods:
         return _fail(f"unknown --method {method!r}: allowed are {', '.join(methods)}")
     if not args.prompt.strip():
         return _fail("the prompt is empty: give a non-empty PROMPT")
-    device_problem = _check_device(args.device)
+    device_problem = check_device(args.device)
     if device_problem:
         return _fail(device_problem)
 
@@ -294,21 +276,6 @@ def _oracle(args: argparse.Namespace) -> int:
     from casspec_ref.proof.checker import run_oracle_args
 
     return run_oracle_args(args)
-
-
-def parse_size(text: str | None, flag: str) -> int | None:
-    """``"8G"``, ``"512M"``, ``"1000000"`` -> bytes (binary units); ``None`` stays ``None``."""
-    if text is None:
-        return None
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-    body, unit = (text[:-1], units[text[-1].upper()]) if text[-1:].upper() in units else (text, 1)
-    try:
-        value = float(body)
-    except ValueError:
-        value = -1.0
-    if not (value > 0 and value * unit < 2**63):
-        raise ValueError(f"{flag} {text!r}: expected a positive size such as 8G, 512M or 1000000")
-    return int(value * unit)
 
 
 #: Exit statuses: 0 success, 2 bad input (argparse's convention), 130 interrupted (128 + SIGINT),

@@ -54,9 +54,14 @@ def run_demo(max_new_tokens: int = 160) -> int:
     steps: list[StepTrace] = []
     start = time.perf_counter()
     fast = generate_speculative(
-        model, prompt, max_new_tokens, method="cas-spec", stop_ids=stops, policy=policy,
+        model,
+        prompt,
+        max_new_tokens,
+        method="cas-spec",
+        stop_ids=stops,
+        policy=policy,
         on_step=steps.append,
-    )  # fmt: skip
+    )
     fast_s = time.perf_counter() - start
 
     print(f"\nPrompt: {PROMPT[:70]}...\n")
