@@ -1,12 +1,14 @@
 # casspec_ref: every target sets itself up from nothing but Python >= 3.11 and make.
 #   make demo   set up, then plain decoding and CAS-Spec side by side on the embedded SmolLM2-135M
-#   make test   set up, then lint (ruff), type-check (mypy), the whole test suite and the tutorials
+#   make test   set up, then lint (ruff), type-check (mypy), the whole test suite, the tutorials and
+#               the hand-mutant gallery
 #   make bench  set up, then the micro-benchmarks and the benchmark harness in quick mode
 #   make results  docs/results.md from the records in docs/bench/ (no measurement)
 #   make lab    set up with the `tutorials` extra (JupyterLab), then open the tutorials
 #   make thorough  the whole suite with the long Hypothesis profile and the larger law matrices
 #   make mutation  mutation testing of the verifier, sampling, tree and drafting code (mutmut)
 #   make mutation-dytc  mutation testing of DyTC's decision rules (mutmut)
+#   make hand-mutants  the hand-mutant gallery: known engine bugs, each against its tests
 
 PYTHON ?= python3
 VENV   := .venv
@@ -14,7 +16,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 export OMP_NUM_THREADS ?= 2
 
-.PHONY: setup demo test lint typecheck pytest tutorials lab bench results clean
+.PHONY: setup demo test lint typecheck pytest tutorials hand-mutants lab bench results clean
 
 # torch==2.13.0 goes first, alone, so that pip takes the CPU build present on these machines
 # instead of resolving a multi-GB CUDA build; the package and its dev tools come next, then the
@@ -55,7 +57,7 @@ $(LAB_STAMP): $(STAMP)
 lab: $(LAB_STAMP)
 	$(BIN)/jupyter lab tutorials/
 
-test: lint typecheck pytest tutorials
+test: lint typecheck pytest tutorials hand-mutants
 
 bench: setup
 	$(BIN)/python -m pytest -q benchmarks --benchmark-only
@@ -68,6 +70,15 @@ results: setup
 
 clean:
 	rm -rf $(VENV) bench_out .pytest_cache .mypy_cache .ruff_cache .hypothesis
+
+# The hand-mutant gallery (tests/hand_mutants.py): bugs of the kind engines have shipped, each a
+# one-fragment edit of a copy of the source, run against the tests expected to kill it with the
+# ci Hypothesis profile; prints "k of n killed" and fails unless every mutant is killed. Each
+# mutant stops at its first failing test, so the gallery is cheap enough for `make test`.
+HAND_MUTANT_WORKERS ?= 2
+hand-mutants: setup
+	OMP_NUM_THREADS=1 HYPOTHESIS_PROFILE=ci HAND_MUTANT_WORKERS=$(HAND_MUTANT_WORKERS) \
+		$(BIN)/python tests/hand_mutants.py
 
 # --- Long checks, kept out of `make test` (docs/testing.md) -----------------------------------
 .PHONY: thorough mutation mutation-dytc

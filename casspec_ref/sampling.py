@@ -2,7 +2,19 @@
 
 Losslessness is stated against the *processed* law p, the law plain sampling draws from after
 temperature, top-k and top-p (docs/method.md §1, §5). This is the one place those transforms
-live, so no two paths can disagree about them. Tie rules: docs/design.md (`sampling.py`)."""
+live, so no two paths can disagree about them. Tie rules: docs/design.md (`sampling.py`).
+
+The order is temperature, top-k, renormalise, top-p: transformers' order (its warpers in
+`generate`). The law is transformers' wherever no tie and no rounding decides
+(tests/test_sampling_semantics.py). Ties are decided differently, on purpose: top-k keeps
+exactly k tokens, the lower ids among equal logits, where transformers' `TopKLogitsWarper` keeps
+every token tied with the k-th; top-p keeps the lower ids among equal probabilities, where
+`TopPLogitsWarper` drops the smallest first in an ascending sort, so the lower ids go first.
+One rule, lower ids first, for greedy, top-k and top-p makes the law a function of the logits
+that a reader can compute by hand, and top-k's kept count is the k asked for. At a top_p equal
+to the mass of a prefix, rounding decides: ours sums from the largest probability and compares
+the mass before a token with top_p, as the rule reads; transformers sums from the smallest and
+compares the mass up to it with 1 - top_p, whose roundings can keep one token more."""
 
 from __future__ import annotations
 

@@ -98,10 +98,18 @@ def _drafter(
     recycler: TokenRecycler | None = None,
 ) -> StepDrafter:
     return StepDrafter(
-        ROOT, CONTEXT, DraftRunner(_model(), _cache()) if runner else None, PromptLookup(CONTEXT),
-        LEVELS, sampling, rng if rng is not None else Scripted([]),  # type: ignore[arg-type]
-        max_nodes=max_nodes, max_depth=max_depth, clock=Clock(), recycler=recycler,
-    )  # fmt: skip
+        ROOT,
+        CONTEXT,
+        DraftRunner(_model(), _cache()) if runner else None,
+        PromptLookup(CONTEXT),
+        LEVELS,
+        sampling,
+        rng if rng is not None else Scripted([]),  # type: ignore[arg-type]
+        max_nodes=max_nodes,
+        max_depth=max_depth,
+        clock=Clock(),
+        recycler=recycler,
+    )
 
 
 def _reference_logits(level: str, path: list[int]) -> torch.Tensor:
@@ -602,9 +610,17 @@ def test_pld_expand_without_offers_looks_up_k() -> None:
     assert all(drafter.tree.child_rule(n) is ChildRule.DETERMINISTIC for n in (0, 1, 2))
     # A context without repeats offers nothing (DyTC then never expands PLD there).
     lonely = StepDrafter(
-        ROOT, [1, 2, ROOT], None, PromptLookup([1, 2, ROOT]), {}, GREEDY, Scripted([]), 8, 8,
+        ROOT,
+        [1, 2, ROOT],
+        None,
+        PromptLookup([1, 2, ROOT]),
+        {},
+        GREEDY,
+        Scripted([]),
+        8,
+        8,
         clock=Clock(),
-    )  # fmt: skip
+    )
     assert lonely.offers(0, PLD) == 0 and lonely.offers(0, PLD) == 0
     assert _calls(lonely) == {PLD: 1} and lonely.size() == 1
 
@@ -612,14 +628,23 @@ def test_pld_expand_without_offers_looks_up_k() -> None:
 def test_pld_expand_that_adds_nothing_returns_nothing() -> None:
     """`expand` adds "up to" k tokens: an empty lookup, k = 0 or no room add none, no crash."""
     lonely = StepDrafter(
-        ROOT, [1, 2, ROOT], None, PromptLookup([1, 2, ROOT]), {}, GREEDY, Scripted([]), 8, 8,
+        ROOT,
+        [1, 2, ROOT],
+        None,
+        PromptLookup([1, 2, ROOT]),
+        {},
+        GREEDY,
+        Scripted([]),
+        8,
+        8,
         clock=Clock(),
-    )  # fmt: skip
+    )
     assert lonely.expand(0, PLD, 3, 1) == [] and lonely.size() == 1
     drafter = _drafter()
     assert drafter.expand(0, PLD, 0, 1) == [] and drafter.size() == 1
-    full = StepDrafter(ROOT, CONTEXT, None, PromptLookup(CONTEXT), {}, GREEDY, Scripted([]), 1, 8,
-                       clock=Clock())  # fmt: skip
+    full = StepDrafter(
+        ROOT, CONTEXT, None, PromptLookup(CONTEXT), {}, GREEDY, Scripted([]), 1, 8, clock=Clock()
+    )
     assert full.expand(0, PLD, 3, 1) == [] and full.size() == 1
 
 
@@ -639,6 +664,24 @@ def _recycler() -> TokenRecycler:
         25: ([20], [0.875]),
     }
     return recycler
+
+
+@pytest.mark.parametrize("draft", [PLD, RECYCLE])
+def test_free_drafts_under_sampling_are_point_drafts(draft: str) -> None:
+    """A lookup or a recycled walk draws no token from a law, under sampling as under greedy:
+    its nodes are DETERMINISTIC children with no draft law (a point mass on the token, docs/
+    method.md §5 rule 4), and no coin is drawn (the scripted source fails on any draw). A
+    law declared for them (a uniform q, say) would be tested as if the token had been drawn."""
+    sampling = DraftSampling(temperature=0.8, top_k=3, top_p=0.9)
+    drafter = _drafter(sampling, recycler=_recycler())
+    added = [node for node, _, _ in drafter.expand(0, draft, 3, 2)]
+    assert len(added) >= 3 and {drafter.info[n].source for n in added} == {draft}
+    parents = {drafter.tree.parent(n) for n in added}
+    assert all(drafter.tree.child_rule(p) is ChildRule.DETERMINISTIC for p in parents)
+    assert all(drafter.tree.draft_probs(n) is None for n in added)
+    below = drafter.add_chain(added[-1], [7, 9], draft)
+    assert below and all(drafter.tree.draft_probs(n) is None for n in below)
+    assert drafter.tree.child_rule(added[-1]) is ChildRule.DETERMINISTIC
 
 
 def test_recycled_offers_and_alternatives() -> None:
