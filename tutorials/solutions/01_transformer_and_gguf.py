@@ -1,5 +1,6 @@
 # Solutions to the exercises of 01_transformer_and_gguf.ipynb.
-# Each section replaces the notebook cell tagged exercise:NAME (see tutorials/exercises.py).
+# Each "exercise" section replaces the notebook cell tagged exercise:NAME; each "wrong" section is
+# a plausible wrong answer that the check must reject (see tutorials/exercises.py).
 
 # %% exercise: parameters
 def my_parameter_count(config):
@@ -11,8 +12,50 @@ def my_parameter_count(config):
     head = 0 if config.tie_embeddings else config.vocab_size * d
     return embedding + config.n_layers * block + d + head  # + the final norm
 
+# %% wrong: parameters: k and v as wide as q (grouped-query attention forgotten)
+def my_parameter_count(config):
+    d = config.d_model
+    block = 4 * d * d + 3 * d * config.d_ff + 2 * d
+    head = 0 if config.tie_embeddings else config.vocab_size * d
+    return config.vocab_size * d + config.n_layers * block + d + head
+
+# %% wrong: parameters: the head always tied to the embedding
+def my_parameter_count(config):
+    d, kv = config.d_model, config.n_kv_heads * config.head_dim
+    block = 2 * d * d + 2 * d * kv + 3 * d * config.d_ff + 2 * d
+    return config.vocab_size * d + config.n_layers * block + d
+
+# %% wrong: parameters: the RMSNorm weights forgotten
+def my_parameter_count(config):
+    d, kv = config.d_model, config.n_kv_heads * config.head_dim
+    block = 2 * d * d + 2 * d * kv + 3 * d * config.d_ff
+    head = 0 if config.tie_embeddings else config.vocab_size * d
+    return config.vocab_size * d + config.n_layers * block + head
+
 # %% exercise: causality
 changed = tokens.clone()
 changed[0, 2] = (int(tokens[0, 2]) + 1) % config.vocab_size
-difference = (tiny.forward(changed) - tiny.forward(tokens)).abs().amax(dim=-1)[0]  # (T,)
-changed_positions = [i for i, d in enumerate(difference.tolist()) if d > 0]
+with torch.no_grad():
+    difference = (tiny.forward(changed) - tiny.forward(tokens)).abs().amax(dim=-1)[0]  # (T,)
+
+# %% wrong: causality: the answer written by hand, not measured
+changed = tokens.clone()
+changed[0, 2] = (int(tokens[0, 2]) + 1) % config.vocab_size
+difference = torch.tensor([0.0, 0.0, 1.0, 1.0, 1.0, 1.0], dtype=torch.float64)
+
+# %% wrong: causality: the token at position 3 changed instead of 2
+changed = tokens.clone()
+changed[0, 3] = (int(tokens[0, 3]) + 1) % config.vocab_size
+with torch.no_grad():
+    difference = (tiny.forward(changed) - tiny.forward(tokens)).abs().amax(dim=-1)[0]
+
+# %% wrong: causality: the change measured on probabilities, not logits
+changed = tokens.clone()
+changed[0, 2] = (int(tokens[0, 2]) + 1) % config.vocab_size
+with torch.no_grad():
+    difference = (tiny.forward(changed).softmax(-1) - tiny.forward(tokens).softmax(-1)).abs().amax(dim=-1)[0]
+
+# %% wrong: causality: the list of positions instead of the measurement
+changed = tokens.clone()
+changed[0, 2] = (int(tokens[0, 2]) + 1) % config.vocab_size
+difference = [2, 3, 4, 5]

@@ -1,5 +1,6 @@
 # Solutions to the exercises of 05_token_trees_and_tree_attention.ipynb.
-# Each section replaces the notebook cell tagged exercise:NAME (see tutorials/exercises.py).
+# Each "exercise" section replaces the notebook cell tagged exercise:NAME; each "wrong" section is
+# a plausible wrong answer that the check must reject (see tutorials/exercises.py).
 
 # %% exercise: mask
 def my_attention_mask(parents, base):
@@ -13,8 +14,55 @@ def my_attention_mask(parents, base):
             node = parents[node]
     return mask
 
+# %% wrong: mask: a causal mask over the nodes (siblings see each other)
+def my_attention_mask(parents, base):
+    n = len(parents)
+    mask = torch.zeros(n, base + n, dtype=torch.bool)
+    mask[:, :base] = True
+    mask[:, base:] = torch.tril(torch.ones(n, n, dtype=torch.bool))
+    return mask
+
+# %% wrong: mask: the ancestors without the node itself
+def my_attention_mask(parents, base):
+    n = len(parents)
+    mask = torch.zeros(n, base + n, dtype=torch.bool)
+    mask[:, :base] = True
+    for i in range(n):
+        node = parents[i]
+        while node != -1:
+            mask[i, base + node] = True
+            node = parents[node]
+    return mask
+
+# %% wrong: mask: the cached prefix forgotten
+def my_attention_mask(parents, base):
+    n = len(parents)
+    mask = torch.zeros(n, base + n, dtype=torch.bool)
+    for i in range(n):
+        node = i
+        while node != -1:
+            mask[i, base + node] = True
+            node = parents[node]
+    return mask
+
 # %% exercise: three-drafts
 acc1, rej1, r1 = test_child(p_s, q1)
 acc2, rej2, r2 = test_child(r1, q2)
 acc3, rej3, r3 = test_child(r2, q3)
+p_all_rejected = rej1 * rej2 * rej3
+law_three = acc1 + rej1 * (acc2 + rej2 * (acc3 + rej3 * r3))
+
+# %% wrong: three-drafts: the answer p written down, residual and rejection guessed
+p_all_rejected = rej1 * rej2
+r3 = p_s
+law_three = p_s
+
+# %% wrong: three-drafts: the third child tested against p instead of r2
+acc3, rej3, r3 = test_child(p_s, q3)
+p_all_rejected = rej1 * rej2 * rej3
+law_three = acc1 + rej1 * (acc2 + rej2 * (acc3 + rej3 * r3))
+
+# %% wrong: three-drafts: P(all rejected) taken as the last child's rejection alone
+acc3, rej3, r3 = test_child(r2, q3)
+p_all_rejected = rej3
 law_three = acc1 + rej1 * (acc2 + rej2 * (acc3 + rej3 * r3))
