@@ -25,14 +25,68 @@ def t_score_verify(a, k, c, a_pld, c_pld, v):
 scores = [t_score_verify(0.9, k, 0.55, a_pld, c_pld, 1.0) for k in range(1, 11)]
 best_k_accurate = 1 + int(np.argmax(scores))
 
-# %% exercise: crossing
-values = traces["paper notes (w=0.3, window 20, warm-up 20)"]
-crossing = next(i for i in range(80, len(values)) if values[i] < 0.5)
+# %% exercise: tree-tokens
+def my_tree_tokens(parents, accept):
+    reach = [1.0]  # the root is always reached
+    for i in range(1, len(parents)):
+        reach.append(reach[parents[i]] * accept[i])  # parents come before their children
+    return 1.0 + sum(reach[1:])  # the bonus/correction token + each node's reach
 
-# %% wrong: crossing: counted from the drop, not from 0
-values = traces["paper notes (w=0.3, window 20, warm-up 20)"]
-crossing = next(i for i in range(80, len(values)) if values[i] < 0.5) - 80
+# %% wrong: tree-tokens: the acceptances added, not multiplied along the path
+def my_tree_tokens(parents, accept):
+    return 1.0 + sum(accept[1:])
 
-# %% wrong: crossing: the last observation still at or above 0.5
-values = traces["paper notes (w=0.3, window 20, warm-up 20)"]
-crossing = next(i for i in range(80, len(values)) if values[i] < 0.5) - 1
+# %% wrong: tree-tokens: the token every step commits forgotten
+def my_tree_tokens(parents, accept):
+    reach = [1.0]
+    for i in range(1, len(parents)):
+        reach.append(reach[parents[i]] * accept[i])
+    return sum(reach[1:])
+
+# %% wrong: tree-tokens: the tree read as one chain (each node times all the nodes before it)
+def my_tree_tokens(parents, accept):
+    total, running = 1.0, 1.0
+    for a in accept[1:]:
+        running *= a
+        total += running
+    return total
+
+# %% exercise: growth-step
+def my_grow_step(tree, world, table):
+    best, best_ewif = None, tree_ewif(tree, table)
+    for leaf in [n for n in range(len(tree[0])) if n not in tree[0]]:
+        for draft in world.values():
+            for k in range(1, 9):
+                for width in range(1, len(draft["siblings"]) + 2):
+                    grown = extend(tree, leaf, draft, k, width)
+                    if tree_ewif(grown, table) > best_ewif:
+                        best, best_ewif = grown, tree_ewif(grown, table)
+    return best
+
+# %% wrong: growth-step: only the root expanded, never a deeper leaf
+def my_grow_step(tree, world, table):
+    best, best_ewif = None, tree_ewif(tree, table)
+    for draft in world.values():
+        for k in range(1, 9):
+            for width in range(1, len(draft["siblings"]) + 2):
+                grown = extend(tree, 0, draft, k, width)
+                if tree_ewif(grown, table) > best_ewif:
+                    best, best_ewif = grown, tree_ewif(grown, table)
+    return best
+
+# %% wrong: growth-step: no stop rule (the best expansion even when it makes the tree worse)
+def my_grow_step(tree, world, table):
+    options = [extend(tree, leaf, d, k, w) for leaf in range(len(tree[0])) if leaf not in tree[0]
+               for d in world.values() for k in range(1, 9) for w in range(1, len(d["siblings"]) + 2)]
+    return max(options, key=lambda t: tree_ewif(t, table))
+
+# %% wrong: growth-step: chains only (width 1), no siblings
+def my_grow_step(tree, world, table):
+    best, best_ewif = None, tree_ewif(tree, table)
+    for leaf in [n for n in range(len(tree[0])) if n not in tree[0]]:
+        for draft in world.values():
+            for k in range(1, 9):
+                grown = extend(tree, leaf, draft, k, 1)
+                if tree_ewif(grown, table) > best_ewif:
+                    best, best_ewif = grown, tree_ewif(grown, table)
+    return best
