@@ -109,6 +109,20 @@ def test_a_wrong_answer_needs_a_label(tmp_path):
     assert exercises.load_solutions(path) == {"a": "x = 1\n"}
 
 
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem[:2])
+def test_each_notebook_opens_with_a_roadmap_and_ends_with_open_questions(path):
+    cells = json.loads(path.read_text())["cells"]
+    first, last = ("".join(cells[i]["source"]) for i in (0, -1))
+    assert "**Goal.**" in first and "**Roadmap.**" in first, path.name
+    assert "## Summary" in last and "## Open questions" in last, path.name
+    questions = re.findall(r"^\d+\. ", last.split("## Open questions")[1], re.MULTILINE)
+    assert len(questions) >= 4, f"{path.name}: {len(questions)} open questions"
+    hints = re.findall(r"^# \d+\. ", exercises.solutions_path(path).read_text(), re.MULTILINE)
+    assert len(hints) == len(questions), (
+        f"{path.name}: {len(questions)} questions, {len(hints)} hints"
+    )
+
+
 def test_the_substitution_refuses_mismatched_solutions():
     import nbformat
 

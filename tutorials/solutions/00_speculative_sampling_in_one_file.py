@@ -1,6 +1,17 @@
 # Solutions to the exercises of 00_speculative_sampling_in_one_file.ipynb.
 # Each "exercise" section replaces the notebook cell tagged exercise:NAME; each "wrong" section is
 # a plausible wrong answer that the check must reject (see tutorials/exercises.py).
+#
+# Hints to the open questions at the end of the notebook:
+# 1. Show that P(emit x) <= min(p(x), q(x)) for the drafted-and-kept part of any rule that emits x
+#    only when q drew it and p must be matched; sum over x.
+# 2. Condition on the first drafted token x: E = 1 + sum_x min(p0(x), q0(x)) * (1 + kept(x)), with
+#    kept(x) = sum_y min(p_x(y), q_x(y)).
+# 3. With q = p every draft is kept: the length is k + 1 with probability 1. With disjoint
+#    supports every draft is rejected: length 1.
+# 4. Without the min, p/q > 1 is passed to bernoulli as a probability; the exact law's
+#    probabilities no longer sum to 1.
+# 5. A residual bug shows at n = 1 whenever the first drafted token can be rejected, for any k.
 
 # %% exercise: residual
 def my_residual(p, q):

@@ -1,6 +1,14 @@
 # Solutions to the exercises of 01_transformer_and_gguf.ipynb.
 # Each "exercise" section replaces the notebook cell tagged exercise:NAME; each "wrong" section is
 # a plausible wrong answer that the check must reject (see tutorials/exercises.py).
+#
+# Hints to the open questions at the end of the notebook:
+# 1. Write R_t as a block-diagonal rotation by t*theta_i; R_s^T R_t = R_{t-s}.
+# 2. The cache holds 2 * L * H_kv * D_head numbers per token; the ratio is H / H_kv.
+# 3. Every position then sees every token: a change reaches all positions, and the law read at
+#    position i depends on the drafted tokens after it.
+# 4. Cast x to bfloat16 before the mean of squares; compare logits and the argmax of each position.
+# 5. Skip the MLP branch of block 1 in my_block when the layer is in the skip set.
 
 # %% exercise: parameters
 def my_parameter_count(config):

@@ -1,6 +1,14 @@
 # Solutions to the exercises of 02_kv_cache_and_naive_loop.ipynb.
 # Each "exercise" section replaces the notebook cell tagged exercise:NAME; each "wrong" section is
 # a plausible wrong answer that the check must reject (see tutorials/exercises.py).
+#
+# Hints to the open questions at the end of the notebook:
+# 1. Without a cache step t costs O(t * D^2 + t^2 * D); with one, O(D^2 + t * D). Sum over t.
+# 2. 2 (K and V) * L * H_kv * D_head * 4 bytes per token; compare with count_parameters * 4.
+# 3. The next forward writes at cache.length and attends to rows [0, length): gaps would be read
+#    as tokens.
+# 4. Matmuls over different shapes may round differently; greedy equality needs the same argmax,
+#    which a tiny rounding change can flip near a tie.
 
 # %% exercise: greedy
 def my_greedy(model, prompt_ids, n):

@@ -1,6 +1,15 @@
 # Solutions to the exercises of 03_speculative_sampling_is_exact.ipynb.
 # Each "exercise" section replaces the notebook cell tagged exercise:NAME; each "wrong" section is
 # a plausible wrong answer that the check must reject (see tutorials/exercises.py).
+#
+# Hints to the open questions at the end of the notebook:
+# 1. Suppose a replacement law s makes the output p; solve q(y) min(1, p/q) + (1 - alpha) s(y) =
+#    p(y) for s.
+# 2. The standard error is sqrt(p(1 - p)/N); 5 of them at N = 20 000 is about 0.015 on p = 0.25.
+# 3. Correlated coins make the replacement depend on the acceptance coin; enumerate with exact_law
+#    to see the law move.
+# 4. Sampling outputs depend on the coins each loop consumes; the law of the output is what must
+#    be the same.
 
 # %% exercise: rejection-mass
 def rejection_probability(p, q):

@@ -1,6 +1,14 @@
 # Solutions to the exercises of 04_dsia_alpha_and_c.ipynb.
 # Each "exercise" section replaces the notebook cell tagged exercise:NAME; each "wrong" section is
 # a plausible wrong answer that the check must reject (see tutorials/exercises.py).
+#
+# Hints to the open questions at the end of the notebook:
+# 1. EWIF(K) = (1 - a^(K+1)) / ((1 - a)(cK + 1)); look at the ratio EWIF(K+1)/EWIF(K).
+# 2. Use early_exit_plan(config, n) for n in (20, 25, 28) and scorer.matchness.
+# 3. The draft's own scratch K/V of the prefix differs from the target's: its law drifts from what
+#    the loop would see.
+# 4. Use casspec_ref.plan's composition (mix) and measure both with TeacherForced and decode
+#    timings.
 
 # %% exercise: best-k
 def best_k(a, cost):

@@ -1,6 +1,15 @@
 # Solutions to the exercises of 05_token_trees_and_tree_attention.ipynb.
 # Each "exercise" section replaces the notebook cell tagged exercise:NAME; each "wrong" section is
 # a plausible wrong answer that the check must reject (see tutorials/exercises.py).
+#
+# Hints to the open questions at the end of the notebook:
+# 1. Induction: P(reject child j) r_{j+1} = max(r_j - q_j, 0), and min(r_j, q_j) + max(r_j - q_j,
+#    0) = r_j.
+# 2. Each extra root child adds the probability that it matches when the first did not.
+# 3. Rotary positions would place deeper nodes at wrong offsets: the per-path causal comparison
+#    fails first.
+# 4. The bias grows when q puts a lot of mass on the first child and p disagrees with q on the
+#    others.
 
 # %% exercise: mask
 def my_attention_mask(parents, base):

@@ -1,6 +1,15 @@
 # Solutions to the exercises of 06_cascades_vc_hc_boundary.ipynb.
 # Each "exercise" section replaces the notebook cell tagged exercise:NAME; each "wrong" section is
 # a plausible wrong answer that the check must reject (see tutorials/exercises.py).
+#
+# Hints to the open questions at the end of the notebook:
+# 1. Tokens per cost of HC with k upper tokens: (1 + sum a1^i + a1^k a_PLD) / (c1 k + 1); compare
+#    with PLD alone.
+# 2. Pass chain_k to generate_speculative for the vc method and compare run.stats['mat'] and
+#    tokens/s.
+# 3. Under greedy any token equal to the target's argmax is accepted; under sampling the test
+#    needs the law the token was really drawn from.
+# 4. Count trace.sources == 'pld' nodes accepted over proposed, per prompt.
 
 # %% exercise: verify-cost
 def gain_one_token(a1, c1, g):

@@ -1,6 +1,16 @@
 # Solutions to the exercises of 07_dytc_step_by_step.ipynb.
 # Each "exercise" section replaces the notebook cell tagged exercise:NAME; each "wrong" section is
 # a plausible wrong answer that the check must reject (see tutorials/exercises.py).
+#
+# Hints to the open questions at the end of the notebook:
+# 1. EWIF(k) = (1 - a^(k+1)) / ((1 - a)(c k + v)); compare consecutive k as for notebook 4.
+# 2. Lower toy_world['good']['cost'] and rerun grow(toy_world, tables['CPU']).
+# 3. The tree must be fixed before the verifier's coins are drawn; otherwise the law of the step
+#    is a mixture that depends on those coins.
+# 4. Feed MiniEstimate a long i.i.d. stream at 0.7 and compare the standard deviation of alpha
+#    after warm-up.
+# 5. dataclasses.replace(default_world(CURVES['non-monotone']), offer={...}) and rerun run_dytc
+#    and best_fixed.
 
 # %% exercise: t-verify
 def t_score_verify(a, k, c, a_pld, c_pld, v):

@@ -1,6 +1,15 @@
 # Solutions to the exercises of 08_checking_another_implementation.ipynb.
 # Each "exercise" section replaces the notebook cell tagged exercise:NAME; each "wrong" section is
 # a plausible wrong answer that the check must reject (see tutorials/exercises.py).
+#
+# Hints to the open questions at the end of the notebook:
+# 1. p_equals_q accepts every draft (only the bonus runs); disjoint rejects every draft (only the
+#    residual runs); random mixes both.
+# 2. Count paths with exact_law on one case; the depth is bounded by k + 1 draws of a categorical
+#    and k Bernoullis.
+# 3. An unused coin multiplies the number of paths but not the law: still LOSSLESS, slower.
+# 4. Draw with torch.multinomial inside the function; pass it to check_tree_verifier with the
+#    torch adapter (docs/oracle.md).
 
 # %% exercise: break-it
 def my_verifier(inputs, rng):
