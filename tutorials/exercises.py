@@ -21,6 +21,11 @@ stub and its check, which must fail; runs each wrong answer and the check, which
 an ``AssertionError`` whose message says what was expected and what was seen; and finally the
 solution and the check again, which must pass. A check that cannot fail, a check that accepts a
 wrong answer, or a solution that does not solve, fails CI.
+
+`store_outputs` executes a notebook as a student first sees it (the stubs in place) and writes
+it back with its outputs, so that it reads without running: every cell runs, and each check
+cell shows the message it gives on the unfilled stub. ``python tutorials/exercises.py 00 03``
+stores notebooks 00 and 03 (no argument: all of them).
 """
 
 from __future__ import annotations
@@ -204,3 +209,32 @@ def run_notebook(path: Path, timeout: int = 600) -> Report:
             _run(client, solved, check)
     report.seconds = time.perf_counter() - start
     return report
+
+
+def store_outputs(path: Path, timeout: int = 600) -> None:
+    """Execute ``path`` with its stubs and write it back with its outputs (see the module
+    docstring); any error outside a check cell is raised."""
+    nb = nbformat.read(path, as_version=4)
+    checks = {index for _, index in exercises(nb).values()}
+    client = NotebookClient(
+        nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(TUTORIALS)}}
+    )
+    with client.setup_kernel():
+        for index, cell in enumerate(nb.cells):
+            try:
+                client.execute_cell(cell, index)
+            except CellExecutionError:
+                if index not in checks:
+                    raise
+    nbformat.write(nb, path)
+
+
+if __name__ == "__main__":
+    import sys
+
+    chosen = sys.argv[1:]
+    for notebook in notebooks():
+        if not chosen or notebook.name[:2] in chosen:
+            start = time.perf_counter()
+            store_outputs(notebook)
+            print(f"{notebook.name}: outputs stored in {time.perf_counter() - start:.0f} s")
