@@ -402,3 +402,4 @@ def test_notebooks_are_stored_with_their_outputs(path):
         assert failed == (index in checks), f"{path.name}: cell {index} (error: {failed})"
     images = [o for _, c in code for o in c["outputs"] if "image/png" in o.get("data", {})]
     assert images, f"{path.name} stores no figure"
+    assert str(ROOT) not in path.read_text(), f"{path.name} stores this machine's path"

@@ -24,7 +24,8 @@ wrong answer, or a solution that does not solve, fails CI.
 
 `store_outputs` executes a notebook as a student first sees it (the stubs in place) and writes
 it back with its outputs, so that it reads without running: every cell runs, and each check
-cell shows the message it gives on the unfilled stub. ``python tutorials/exercises.py 00 03``
+cell shows the message it gives on the unfilled stub; the repository's path in an output is
+written ``<repository>``. ``python tutorials/exercises.py 00 03``
 stores notebooks 00 and 03 (no argument: all of them).
 """
 
@@ -226,7 +227,17 @@ def store_outputs(path: Path, timeout: int = 600) -> None:
             except CellExecutionError:
                 if index not in checks:
                     raise
-    nbformat.write(nb, path)
+    nbformat.write(without_local_paths(nb), path)
+
+
+def without_local_paths(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """``nb`` with the repository's absolute path written ``<repository>`` in text outputs."""
+    root = str(TUTORIALS.parent)
+    for cell in nb.cells:
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "stream":
+                output["text"] = output["text"].replace(root, "<repository>")
+    return nb
 
 
 if __name__ == "__main__":
