@@ -197,6 +197,18 @@ def test_readme_names_the_notebooks_that_need_smollm2():
     assert f"notebooks {' and '.join(others)} use a tiny random model and toy laws" in readme
 
 
+def test_readme_table_names_smollm2_for_exactly_the_notebooks_that_load_it():
+    rows = re.findall(
+        r"^\| (\d) \| `(\d\d_\w+\.ipynb)` \|.*\| ([^|]+) \|[^|]+\|$",
+        (TUTORIALS / "README.md").read_text(),
+        re.MULTILINE,
+    )
+    assert [name for _, name, _ in rows] == [p.name for p in NOTEBOOKS]
+    for _, name, model in rows:
+        loads = "load_model(" in _code(TUTORIALS / name)
+        assert ("SmolLM2" in model) == loads, f"README's table: {name} uses {model.strip()!r}"
+
+
 def test_readme_names_the_notebooks_whose_first_cell_installs_casspec_ref():
     installs = [p.name[:2] for p in NOTEBOOKS if "CASSPEC_REF_SOURCE" in _setup_cell(p)]
     assert installs == [f"0{i}" for i in range(1, 8)], installs
