@@ -209,6 +209,24 @@ def test_readme_table_names_smollm2_for_exactly_the_notebooks_that_load_it():
         assert ("SmolLM2" in model) == loads, f"README's table: {name} uses {model.strip()!r}"
 
 
+def test_figures_quoted_from_docs_dsia_appear_there():
+    """A paragraph that cites docs/dsia.md quotes only figures that docs/dsia.md (or the preset
+    that summarizes it) records, or differences of two of them."""
+    record = (ROOT / "docs" / "dsia.md").read_text() + str(smollm2_cascade.__doc__)
+    for path in NOTEBOOKS:
+        cells = json.loads(path.read_text())["cells"]
+        for cell in (c for c in cells if c["cell_type"] == "markdown"):
+            for paragraph in "".join(cell["source"]).split("\n\n"):
+                if "docs/dsia.md" in paragraph:
+                    figures = re.findall(r"\b0\.\d\d\b", paragraph)
+                    recorded = {f for f in figures if f in record}
+                    differences = {f"{float(a) - float(b):.2f}" for a in recorded for b in recorded}
+                    for figure in set(figures) - recorded:
+                        assert figure in differences, (
+                            f"{path.name} quotes {figure} from docs/dsia.md"
+                        )
+
+
 def test_readme_names_the_notebooks_whose_first_cell_installs_casspec_ref():
     installs = [p.name[:2] for p in NOTEBOOKS if "CASSPEC_REF_SOURCE" in _setup_cell(p)]
     assert installs == [f"0{i}" for i in range(1, 8)], installs
