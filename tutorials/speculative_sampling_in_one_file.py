@@ -14,6 +14,10 @@ fractions so that "the same law" can be checked with ``==``.
 - `ar_law`: the law of plain autoregressive sampling, computed directly. Lossless means
   ``exact_law(speculative) == ar_law``.
 - ``bug="bonus_from_q"``: one deliberate bug (the bonus token drawn from the draft's law).
+- `expected_tokens`: the mean number of tokens a step commits when acceptance does not depend on
+  the context, (1 - a^(k+1)) / (1 - a) with a = 1 - TV(p, q), checked by enumeration below.
+- `sharpen` and `greedy`: the tables at temperature 1/m, and their limit m -> infinity (argmax),
+  where speculative sampling becomes greedy speculative decoding.
 """
 
 from __future__ import annotations
@@ -30,7 +34,9 @@ def table(rows):
 
 
 TARGET = table([[5, 3, 2], [1, 6, 3], [4, 1, 5]])  # p(next | last)
-DRAFT = table([[6, 3, 1], [2, 5, 3], [2, 2, 6]])  # q(next | last): close to p, not equal
+# q(next | last): a rougher version of p. In every row p exceeds q at two tokens, by different
+# amounts, so the residual's normalization matters (a one-hot residual is wrong).
+DRAFT = table([[2, 2, 6], [1, 8, 11], [5, 1, 14]])
 
 
 class Coins:
@@ -60,18 +66,18 @@ def residual(p, q):
     return [e / mass for e in excess]
 
 
-def speculative_step(last, k, coins, residual=residual, bug=None):
+def speculative_step(last, k, coins, residual=residual, bug=None, target=TARGET, draft=DRAFT):
     """One speculative step after token ``last``: returns the tokens it commits (1 to k + 1)."""
     drafted, qs, context = [], [], last
     for _ in range(k):  # the draft proposes k tokens, one after another, from its own law q
-        q = DRAFT[context]
+        q = draft[context]
         x = coins.categorical(q)
         drafted.append(x)
         qs.append(q)
         context = x
     # The target's law at each of the k + 1 positions: a real model gets all of them in one
     # forward over [last, *drafted], which is where the speed comes from.
-    ps = [TARGET[t] for t in [last, *drafted]]
+    ps = [target[t] for t in [last, *drafted]]
     out = []
     for i, x in enumerate(drafted):
         p, q = ps[i], qs[i]
@@ -81,16 +87,17 @@ def speculative_step(last, k, coins, residual=residual, bug=None):
             return out + [coins.categorical(residual(p, q))]  # rejected: replace, stop
     bonus_law = ps[k]  # all k kept: the target's law after them gives one more token for free
     if bug == "bonus_from_q":
-        bonus_law = DRAFT[drafted[-1]]  # BUG: the draft's law after the last token, not p's
+        bonus_law = draft[drafted[-1]]  # BUG: the draft's law after the last token, not p's
     return out + [coins.categorical(bonus_law)]
 
 
-def speculative_generate(prompt_last, n, k, coins, residual=residual, bug=None):
-    """n tokens after ``prompt_last`` by repeated speculative steps (the last step truncated)."""
+def speculative_generate(prompt_last, n, k, coins, **step_options):
+    """n tokens after ``prompt_last`` by repeated speculative steps (the last step truncated:
+    a bonus token beyond position n is never emitted, so a bug in it shows only if n >= k + 1)."""
     out = []
     while len(out) < n:
         last = out[-1] if out else prompt_last
-        out += speculative_step(last, k, coins, residual=residual, bug=bug)
+        out += speculative_step(last, k, coins, **step_options)
     return tuple(out[:n])
 
 
@@ -132,12 +139,12 @@ def exact_law(sampler):
     return law
 
 
-def ar_law(prompt_last, n):
+def ar_law(prompt_last, n, target=TARGET):
     """The law of n plain AR tokens, computed directly (a product of table entries)."""
     law = {(): F(1)}
     for _ in range(n):
         law = {
-            seq + (y,): prob * TARGET[seq[-1] if seq else prompt_last][y]
+            seq + (y,): prob * target[seq[-1] if seq else prompt_last][y]
             for seq, prob in law.items()
             for y in range(VOCAB)
         }
@@ -149,13 +156,59 @@ def total_variation(a, b):
     return sum(abs(a.get(key, 0) - b.get(key, 0)) for key in set(a) | set(b)) / 2
 
 
+def acceptance(p, q):
+    """P(a token drafted from q is kept) = sum_x min(p(x), q(x)) = 1 - TV(p, q)."""
+    return sum(min(pi, qi) for pi, qi in zip(p, q, strict=True))
+
+
+def expected_tokens(a, k):
+    """Mean tokens per step with k drafted tokens, each kept with probability a independently:
+    sum_{i=0..k} a^i (the i-th term: the first i drafts were all kept)."""
+    return k + 1 if a == 1 else (1 - a ** (k + 1)) / (1 - a)
+
+
+def sharpen(tab, m):
+    """The table at temperature 1/m: each row raised to the power m, renormalized (exact)."""
+    return table([[w**m for w in row] for row in tab])
+
+
+def greedy(tab):
+    """The temperature -> 0 limit of a table: all mass on each row's most likely token."""
+    return [[F(int(t == row.index(max(row)))) for t in range(len(row))] for row in tab]
+
+
 if __name__ == "__main__":
     n, k = 3, 2
     want = ar_law(0, n)
     got = exact_law(lambda coins: speculative_generate(0, n, k, coins))
     print(f"{len(want)} outputs of {n} tokens; speculative law == AR law: {got == want}")
-    buggy = exact_law(lambda coins: speculative_generate(0, n, k, coins, bug="bonus_from_q"))
-    print(
-        f"bonus from q: total variation from the AR law = {float(total_variation(buggy, want)):.4f}"
+    for n_bug, k_bug in [(3, 2), (2, 1), (2, 2), (1, 2), (1, 1)]:
+        buggy = exact_law(
+            lambda coins, n=n_bug, k=k_bug: speculative_generate(0, n, k, coins, bug="bonus_from_q")
+        )
+        tv = total_variation(buggy, ar_law(0, n_bug))
+        print(f"bonus from q, (n, k) = ({n_bug}, {k_bug}): total variation {float(tv):.4f}")
+        assert (tv > 0) == (n_bug >= k_bug + 1)  # a bonus token needs room to be emitted
+    # When acceptance does not depend on the context (every row the same), the mean number of
+    # tokens per step is (1 - a^(k+1)) / (1 - a), with a = 1 - TV(p, q).
+    p_row, q_row = TARGET[0], DRAFT[0]
+    a = acceptance(p_row, q_row)
+    for k_mean in (1, 2, 3):
+        lengths = exact_law(
+            lambda coins, k=k_mean: len(
+                speculative_step(0, k, coins, target=[p_row] * 3, draft=[q_row] * 3)
+            )
+        )
+        mean = sum(length * prob for length, prob in lengths.items())
+        print(f"a = {a}, k = {k_mean}: mean tokens per step {mean} (enumerated)")
+        assert mean == expected_tokens(a, k_mean)
+    # Greedy decoding is the temperature -> 0 limit: one output, the target's argmax chain.
+    greedy_law = exact_law(
+        lambda coins: speculative_generate(
+            0, n, k, coins, target=greedy(TARGET), draft=greedy(DRAFT)
+        )
     )
-    assert got == want and total_variation(buggy, want) > 0
+    greedy_ar = {out: prob for out, prob in ar_law(0, n, greedy(TARGET)).items() if prob}
+    print(f"greedy: speculative outputs {list(greedy_law)}, AR outputs {list(greedy_ar)}")
+    assert greedy_law == greedy_ar
+    assert got == want

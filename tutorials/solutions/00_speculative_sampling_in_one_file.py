@@ -1,5 +1,17 @@
 # Solutions to the exercises of 00_speculative_sampling_in_one_file.ipynb.
-# Each section replaces the notebook cell tagged exercise:NAME (see tutorials/exercises.py).
+# Each "exercise" section replaces the notebook cell tagged exercise:NAME; each "wrong" section is
+# a plausible wrong answer that the check must reject (see tutorials/exercises.py).
+#
+# Hints to the open questions at the end of the notebook:
+# 1. Show that P(emit x) <= min(p(x), q(x)) for the drafted-and-kept part of any rule that emits x
+#    only when q drew it and p must be matched; sum over x.
+# 2. Condition on the first drafted token x: E = 1 + sum_x min(p0(x), q0(x)) * (1 + kept(x)), with
+#    kept(x) = sum_y min(p_x(y), q_x(y)).
+# 3. With q = p every draft is kept: the length is k + 1 with probability 1. With disjoint
+#    supports every draft is rejected: length 1.
+# 4. Without the min, p/q > 1 is passed to bernoulli as a probability; the exact law's
+#    probabilities no longer sum to 1.
+# 5. A residual bug shows at n = 1 whenever the first drafted token can be rejected, for any k.
 
 # %% exercise: residual
 def my_residual(p, q):
@@ -7,7 +19,37 @@ def my_residual(p, q):
     mass = sum(excess)  # the rejection probability (notebook 3 derives why)
     return [e / mass for e in excess]
 
+# %% wrong: residual: the indicator of p > q, unnormalized
+def my_residual(p, q):
+    return [1 if pi > qi else 0 for pi, qi in zip(p, q)]
+
+# %% wrong: residual: the indicator of p > q, normalized
+def my_residual(p, q):
+    hits = [1 if pi > qi else 0 for pi, qi in zip(p, q)]
+    return [F(h, sum(hits)) for h in hits]
+
+# %% wrong: residual: p restricted to p > q, normalized
+def my_residual(p, q):
+    masked = [pi if pi > qi else 0 for pi, qi in zip(p, q)]
+    return [m / sum(masked) for m in masked]
+
+# %% wrong: residual: the replacement drawn from p itself
+def my_residual(p, q):
+    return list(p)
+
 # %% exercise: mean-tokens
 # The law of the number of tokens one step commits, enumerated exactly; its mean.
 length_law = sps.exact_law(lambda coins: len(sps.speculative_step(0, 2, coins)))
 expected_tokens = sum(length * prob for length, prob in length_law.items())
+
+# %% wrong: mean-tokens: the geometric formula, which assumes the same acceptance everywhere
+alpha0 = sum(min(p, q) for p, q in zip(sps.TARGET[0], sps.DRAFT[0]))
+expected_tokens = (1 - alpha0**3) / (1 - alpha0)
+
+# %% wrong: mean-tokens: the bonus or replacement token forgotten
+length_law = sps.exact_law(lambda coins: len(sps.speculative_step(0, 2, coins)))
+expected_tokens = sum((length - 1) * prob for length, prob in length_law.items())
+
+# %% wrong: mean-tokens: the most likely length instead of the mean
+length_law = sps.exact_law(lambda coins: len(sps.speculative_step(0, 2, coins)))
+expected_tokens = F(max(length_law, key=length_law.get))

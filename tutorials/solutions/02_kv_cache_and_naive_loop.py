@@ -1,5 +1,14 @@
 # Solutions to the exercises of 02_kv_cache_and_naive_loop.ipynb.
-# Each section replaces the notebook cell tagged exercise:NAME (see tutorials/exercises.py).
+# Each "exercise" section replaces the notebook cell tagged exercise:NAME; each "wrong" section is
+# a plausible wrong answer that the check must reject (see tutorials/exercises.py).
+#
+# Hints to the open questions at the end of the notebook:
+# 1. Without a cache step t costs O(t * D^2 + t^2 * D); with one, O(D^2 + t * D). Sum over t.
+# 2. 2 (K and V) * L * H_kv * D_head * 4 bytes per token; compare with count_parameters * 4.
+# 3. The next forward writes at cache.length and attends to rows [0, length): gaps would be read
+#    as tokens.
+# 4. Matmuls over different shapes may round differently; greedy equality needs the same argmax,
+#    which a tiny rounding change can flip near a tie.
 
 # %% exercise: greedy
 def my_greedy(model, prompt_ids, n):
@@ -15,6 +24,50 @@ def my_greedy(model, prompt_ids, n):
             feed = torch.tensor([[token]])  # then one token per forward
     return out
 
+# %% wrong: greedy: no cache, the whole sequence re-run at every step (right tokens, n forwards)
+def my_greedy(model, prompt_ids, n):
+    tokens = list(prompt_ids)
+    with torch.no_grad():
+        for _ in range(n):
+            logits = model.forward(torch.tensor([tokens]), last_only=True)  # (1, 1, V)
+            tokens.append(int(logits[0, -1].argmax()))
+    return tokens[len(prompt_ids):]
+
+# %% wrong: greedy: the prompt fed one token at a time (a forward per prompt token)
+def my_greedy(model, prompt_ids, n):
+    cache = KVCache(model.config, max_len=len(prompt_ids) + n, dtype=torch.float64)
+    out = []
+    with torch.no_grad():
+        for token in prompt_ids:
+            logits = model.forward(torch.tensor([[token]]), cache=cache)
+        for _ in range(n):
+            out.append(int(logits[0, -1].argmax()))
+            logits = model.forward(torch.tensor([[out[-1]]]), cache=cache)
+    return out
+
+# %% wrong: greedy: the argmax read at the first position of the prefill's logits
+def my_greedy(model, prompt_ids, n):
+    cache = KVCache(model.config, max_len=len(prompt_ids) + n, dtype=torch.float64)
+    out, feed = [], torch.tensor([prompt_ids])
+    with torch.no_grad():
+        for _ in range(n):
+            logits = model.forward(feed, cache=cache)  # (1, T, V)
+            out.append(int(logits[0, 0].argmax()))
+            feed = torch.tensor([[out[-1]]])
+    return out
+
 # %% exercise: keep-first
 def keep_only_first(cache, base):
     cache.commit(base, keep=[0])  # or: cache.truncate(base + 1)
+
+# %% wrong: keep-first: every drafted row dropped
+def keep_only_first(cache, base):
+    cache.truncate(base)
+
+# %% wrong: keep-first: the second drafted row kept instead of the first
+def keep_only_first(cache, base):
+    cache.commit(base, keep=[1])
+
+# %% wrong: keep-first: one row too many kept
+def keep_only_first(cache, base):
+    cache.truncate(base + 2)

@@ -1,5 +1,15 @@
 # Solutions to the exercises of 05_token_trees_and_tree_attention.ipynb.
-# Each section replaces the notebook cell tagged exercise:NAME (see tutorials/exercises.py).
+# Each "exercise" section replaces the notebook cell tagged exercise:NAME; each "wrong" section is
+# a plausible wrong answer that the check must reject (see tutorials/exercises.py).
+#
+# Hints to the open questions at the end of the notebook:
+# 1. Induction: P(reject child j) r_{j+1} = max(r_j - q_j, 0), and min(r_j, q_j) + max(r_j - q_j,
+#    0) = r_j.
+# 2. Each extra root child adds the probability that it matches when the first did not.
+# 3. Rotary positions would place deeper nodes at wrong offsets: the per-path causal comparison
+#    fails first.
+# 4. The bias grows when q puts a lot of mass on the first child and p disagrees with q on the
+#    others.
 
 # %% exercise: mask
 def my_attention_mask(parents, base):
@@ -13,8 +23,55 @@ def my_attention_mask(parents, base):
             node = parents[node]
     return mask
 
+# %% wrong: mask: a causal mask over the nodes (siblings see each other)
+def my_attention_mask(parents, base):
+    n = len(parents)
+    mask = torch.zeros(n, base + n, dtype=torch.bool)
+    mask[:, :base] = True
+    mask[:, base:] = torch.tril(torch.ones(n, n, dtype=torch.bool))
+    return mask
+
+# %% wrong: mask: the ancestors without the node itself
+def my_attention_mask(parents, base):
+    n = len(parents)
+    mask = torch.zeros(n, base + n, dtype=torch.bool)
+    mask[:, :base] = True
+    for i in range(n):
+        node = parents[i]
+        while node != -1:
+            mask[i, base + node] = True
+            node = parents[node]
+    return mask
+
+# %% wrong: mask: the cached prefix forgotten
+def my_attention_mask(parents, base):
+    n = len(parents)
+    mask = torch.zeros(n, base + n, dtype=torch.bool)
+    for i in range(n):
+        node = i
+        while node != -1:
+            mask[i, base + node] = True
+            node = parents[node]
+    return mask
+
 # %% exercise: three-drafts
 acc1, rej1, r1 = test_child(p_s, q1)
 acc2, rej2, r2 = test_child(r1, q2)
 acc3, rej3, r3 = test_child(r2, q3)
+p_all_rejected = rej1 * rej2 * rej3
+law_three = acc1 + rej1 * (acc2 + rej2 * (acc3 + rej3 * r3))
+
+# %% wrong: three-drafts: the answer p written down, residual and rejection guessed
+p_all_rejected = rej1 * rej2
+r3 = p_s
+law_three = p_s
+
+# %% wrong: three-drafts: the third child tested against p instead of r2
+acc3, rej3, r3 = test_child(p_s, q3)
+p_all_rejected = rej1 * rej2 * rej3
+law_three = acc1 + rej1 * (acc2 + rej2 * (acc3 + rej3 * r3))
+
+# %% wrong: three-drafts: P(all rejected) taken as the last child's rejection alone
+acc3, rej3, r3 = test_child(r2, q3)
+p_all_rejected = rej3
 law_three = acc1 + rej1 * (acc2 + rej2 * (acc3 + rej3 * r3))

@@ -1,5 +1,15 @@
 # Solutions to the exercises of 06_cascades_vc_hc_boundary.ipynb.
-# Each section replaces the notebook cell tagged exercise:NAME (see tutorials/exercises.py).
+# Each "exercise" section replaces the notebook cell tagged exercise:NAME; each "wrong" section is
+# a plausible wrong answer that the check must reject (see tutorials/exercises.py).
+#
+# Hints to the open questions at the end of the notebook:
+# 1. Tokens per cost of HC with k upper tokens: (1 + sum a1^i + a1^k a_PLD) / (c1 k + 1); compare
+#    with PLD alone.
+# 2. Pass chain_k to generate_speculative for the vc method and compare run.stats['mat'] and
+#    tokens/s.
+# 3. Under greedy any token equal to the target's argmax is accepted; under sampling the test
+#    needs the law the token was really drawn from.
+# 4. Count trace.sources == 'pld' nodes accepted over proposed, per prompt.
 
 # %% exercise: verify-cost
 def gain_one_token(a1, c1, g):
@@ -9,6 +19,18 @@ def gain_one_token(a1, c1, g):
 
 g_max = 0.93 - 0.63  # gain = 1 where 1 + a1 = 1 + c1 + g
 
+# %% wrong: verify-cost: the verify cost left out of the denominator
+def gain_one_token(a1, c1, g):
+    return (1 + a1) / (1 + c1)
+
+g_max = 0.93 - 0.63
+
+# %% wrong: verify-cost: the drafted token counted, the target's own token forgotten
+def gain_one_token(a1, c1, g):
+    return a1 / (c1 + g)
+
+g_max = 0.93 - 0.63
+
 # %% exercise: acceptance
 def acceptance_by_source(traces):
     counts = {}
@@ -16,4 +38,22 @@ def acceptance_by_source(traces):
         for node in range(1, len(trace.tree)):
             accepted, proposed = counts.get(trace.sources[node], (0, 0))
             counts[trace.sources[node]] = (accepted + (node in trace.result.accepted), proposed + 1)
+    return counts
+
+# %% wrong: acceptance: the root counted as a proposed node
+def acceptance_by_source(traces):
+    counts = {}
+    for trace in traces:
+        for node in range(len(trace.tree)):
+            accepted, proposed = counts.get(trace.sources[node], (0, 0))
+            counts[trace.sources[node]] = (accepted + (node in trace.result.accepted), proposed + 1)
+    return counts
+
+# %% wrong: acceptance: every node of a step counted accepted when the step accepted anything
+def acceptance_by_source(traces):
+    counts = {}
+    for trace in traces:
+        for node in range(1, len(trace.tree)):
+            accepted, proposed = counts.get(trace.sources[node], (0, 0))
+            counts[trace.sources[node]] = (accepted + bool(trace.result.accepted), proposed + 1)
     return counts

@@ -1,5 +1,15 @@
 # Solutions to the exercises of 08_checking_another_implementation.ipynb.
-# Each section replaces the notebook cell tagged exercise:NAME (see tutorials/exercises.py).
+# Each "exercise" section replaces the notebook cell tagged exercise:NAME; each "wrong" section is
+# a plausible wrong answer that the check must reject (see tutorials/exercises.py).
+#
+# Hints to the open questions at the end of the notebook:
+# 1. p_equals_q accepts every draft (only the bonus runs); disjoint rejects every draft (only the
+#    residual runs); random mixes both.
+# 2. Count paths with exact_law on one case; the depth is bounded by k + 1 draws of a categorical
+#    and k Bernoullis.
+# 3. An unused coin multiplies the number of paths but not the law: still LOSSLESS, slower.
+# 4. Draw with torch.multinomial inside the function; pass it to check_tree_verifier with the
+#    torch adapter (docs/oracle.md).
 
 # %% exercise: break-it
 def my_verifier(inputs, rng):
@@ -17,6 +27,26 @@ def my_verifier(inputs, rng):
     # Dropping the residual's normalization would not be a bug: rng.categorical normalizes its
     # weights, as torch.multinomial does.
     return out + [rng.categorical(q[-1])]
+
+# %% wrong: break-it: a change that keeps the law (the residual left unnormalized)
+def my_verifier(inputs, rng):
+    p, q, out = inputs.target_probs, inputs.draft_probs, []
+    for i, x in enumerate(inputs.draft_tokens):
+        if not rng.bernoulli(min(1.0, p[i, x] / q[i, x])):
+            return out + [rng.categorical(np.maximum(p[i] - q[i], 0.0))]  # categorical normalizes
+        out.append(x)
+    return out + [rng.categorical(p[-1])]
+
+# %% wrong: break-it: a change that breaks the contract (one token too many), not the law
+def my_verifier(inputs, rng):
+    p, q, out = inputs.target_probs, inputs.draft_probs, []
+    for i, x in enumerate(inputs.draft_tokens):
+        if not rng.bernoulli(min(1.0, p[i, x] / q[i, x])):
+            residual = np.maximum(p[i] - q[i], 0.0)
+            return out + [rng.categorical(residual / residual.sum())]
+        out.append(x)
+    bonus = rng.categorical(p[-1])
+    return out + [bonus, bonus]
 
 # %% exercise: fix-siblings
 def sibling_verifier(inputs, rng):
@@ -41,4 +71,50 @@ def sibling_verifier(inputs, rng):
             r = residual / residual.sum()
             removed.append(x)
         else:  # every child rejected, or a leaf: the last token from what is left of r
+            return out + [rng.categorical(r)]
+
+# %% wrong: fix-siblings: the conditional q used in the test but not in the residual
+def sibling_verifier(inputs, rng):
+    node, out = 0, []
+    while True:
+        r = np.asarray(inputs.target_probs[node], dtype=np.float64)
+        removed = []
+        for child in inputs.children(node):
+            x = inputs.tokens[child]
+            q = np.asarray(inputs.draft_probs[child], dtype=np.float64)
+            test_q = q
+            if inputs.rules[child] == "without_replacement" and removed:
+                test_q = q.copy()
+                test_q[removed] = 0.0
+                test_q = test_q / test_q.sum()
+            if rng.bernoulli(min(1.0, r[x] / test_q[x])):
+                out.append(x)
+                node = child
+                break
+            residual = np.maximum(r - q, 0.0)
+            r = residual / residual.sum()
+            removed.append(x)
+        else:
+            return out + [rng.categorical(r)]
+
+# %% wrong: fix-siblings: the earlier siblings removed from q without renormalizing it
+def sibling_verifier(inputs, rng):
+    node, out = 0, []
+    while True:
+        r = np.asarray(inputs.target_probs[node], dtype=np.float64)
+        removed = []
+        for child in inputs.children(node):
+            x = inputs.tokens[child]
+            q = np.asarray(inputs.draft_probs[child], dtype=np.float64)
+            if inputs.rules[child] == "without_replacement" and removed:
+                q = q.copy()
+                q[removed] = 0.0
+            if rng.bernoulli(min(1.0, r[x] / q[x])):
+                out.append(x)
+                node = child
+                break
+            residual = np.maximum(r - q, 0.0)
+            r = residual / residual.sum()
+            removed.append(x)
+        else:
             return out + [rng.categorical(r)]
