@@ -166,3 +166,11 @@ def test_fixed_and_inherited_settings_and_a_bad_one(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv(threads.ENV_VAR, "many")
     with pytest.raises(ValueError, match="CASSPEC_THREADS='many': allowed are auto, inherit"):
         threads.apply()
+
+
+def test_a_run_whose_load_changed_is_flagged() -> None:
+    quiet = {"others_cores": 0.1, "cpus": 2, "loadavg_1m": 0.2}
+    busy = {"others_cores": 1.0, "cpus": 2, "loadavg_1m": 1.5}
+    assert threads.load_record(quiet, busy)["changed"] is True
+    assert threads.load_record(quiet, dict(quiet, others_cores=0.5))["changed"] is False
+    assert threads.load_record(None, busy) == {"start": None, "end": busy, "changed": None}

@@ -340,3 +340,30 @@ def watch(model: Any) -> None:
     model.register_forward_pre_hook(before)
     model.register_forward_hook(after)
     model._thread_monitor = monitor
+
+
+# ----------------------------------------------------------------------------- run records
+#: A run's load "changed" when the other processes' cores at its start and end differ by more.
+LOAD_CHANGE_CORES = 0.5
+
+
+def machine_load(window_s: float = 0.5) -> dict[str, Any] | None:
+    """The other processes' load over ``window_s`` (this one sleeps), for a run's record:
+    ``{"others_cores", "cpus", "loadavg_1m"}``; None where procfs is not there."""
+    load = sample_load(window_s)
+    if load is None:
+        return None
+    try:
+        loadavg = float(Path("/proc/loadavg").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        loadavg = None
+    return {"others_cores": round(load.others, 2), "cpus": load.cpus, "loadavg_1m": loadavg}
+
+
+def load_record(start: dict[str, Any] | None, end: dict[str, Any] | None) -> dict[str, Any]:
+    """A run's load at its start and end, and whether it changed (by over `LOAD_CHANGE_CORES`
+    of other processes' cores: the figures of such a run mix two machines)."""
+    changed = None
+    if start is not None and end is not None:
+        changed = abs(start["others_cores"] - end["others_cores"]) > LOAD_CHANGE_CORES
+    return {"start": start, "end": end, "changed": changed}

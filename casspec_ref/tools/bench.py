@@ -634,6 +634,8 @@ def environment(device: str, dtype: str) -> dict[str, Any]:
     """What a reader needs to reproduce the figures."""
     import torch
 
+    from casspec_ref.accel import threads
+
     try:
         commit = subprocess.run(
             ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
@@ -647,6 +649,7 @@ def environment(device: str, dtype: str) -> dict[str, Any]:
         "dtype": dtype,
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
+        "thread_policy": threads.apply().as_dict(),
         "python": platform.python_version(),
         "platform": platform.platform(),
         "git_commit": commit,
@@ -916,6 +919,9 @@ def main(argv: Sequence[str] | None = None, *, model: Any = None, tokenizer: Any
     except ValueError as exc:
         return _error(str(exc))
 
+    from casspec_ref.accel import threads
+
+    load_start = threads.machine_load()  # before loading: the other processes only
     if model is None:
         from casspec_ref.io.weights import load_model
 
@@ -1042,8 +1048,14 @@ def main(argv: Sequence[str] | None = None, *, model: Any = None, tokenizer: Any
         for m in methods
         if getattr(runners[m], "policy", None) is not None
     }
+    load = threads.load_record(load_start, threads.machine_load())
+    if load["changed"]:
+        print(
+            "WARNING: the machine's load changed during the run (see environment.load)",
+            file=sys.stderr,
+        )
     result = {
-        "environment": environment(args.device, args.dtype),
+        "environment": {**environment(args.device, args.dtype), "load": load},
         "settings": settings,
         "records": rows,
         "divergences": divergences,
