@@ -100,8 +100,9 @@ def start_competitor(condition: str, setting: str, seconds: float) -> subprocess
         cmd = [sys.executable, "-c", code]
     else:
         cmd = [sys.executable, __file__, "--compete", str(seconds)]
+    quiet = subprocess.DEVNULL
     proc = subprocess.Popen(
-        cmd, env=child_env(setting), start_new_session=True, stdout=subprocess.DEVNULL
+        cmd, env=child_env(setting), start_new_session=True, stdout=quiet, stderr=quiet
     )
     _LIVE.append(proc)
     return proc

@@ -123,6 +123,7 @@ def test_monitor_holds_the_count_when_switching_is_not_allowed() -> None:
     feed = iter([times(0.0, 0, 0), times(1.0, 200, 50)])
     m = Monitor(policy(switching=False), read=lambda: next(feed))
     assert m.observe(1, 10.0) is None and m.policy.threads == 2
+    assert m.policy.most_others_seen == 1.5  # the load is still read and reported
 
 
 def test_large_forwards_always_run_on_every_thread_when_switching() -> None:

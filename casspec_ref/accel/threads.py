@@ -19,11 +19,15 @@ OpenMP's default wait and chooses the count:
   `casspec_ref.io.weights.load_model` installs): every `SAMPLE_S`, and at once when forward
   times jump (`JumpDetector`). Going down takes one reading, going back up two in a row.
 
-Switching threads between forwards is exact only where each product gives the same bits at every
-thread count the policy uses; some BLAS kernels split their work by the team size (on one tested
-CPU, MKL's float32 product of 5-11 rows rounds differently at 1 and 2 threads). The kernel
-table's calibration keeps only forms it checked at 1 and `Policy.max_threads` threads and then
-allows switching (`allow_switching`); otherwise the count chosen at start holds for the process.
+Switching threads between forwards is exact only where each forward gives the same bits at
+every thread count the policy uses, and some kernels split their work by the team size (on the
+CPU this was written on, MKL's float32 product of 5-11 rows, and attention for one new token).
+So the count switches during a run only if the kernel table's forms were checked at 1 and
+`Policy.max_threads` threads and attention passes the same check
+(`casspec_ref.accel.kernel_table.prepare`, then `allow_switching`), and only for forwards of at
+most `SWITCHED_ROWS` new tokens (`threads_for`: a prompt always runs on every thread).
+Otherwise the count chosen at start holds for the process; the `Monitor` still reads the load
+and reports the most it saw (`Policy.most_others_seen`), so a run that met a load says so.
 
 What wins over the policy: an explicit ``OMP_NUM_THREADS`` (the count torch took from it is kept
 and never switched); an explicit ``OMP_WAIT_POLICY`` / ``GOMP_SPINCOUNT`` (reported as the wait
@@ -190,6 +194,8 @@ class Policy:
     switching: bool = False
     switching_note: str = "not yet decided (no kernel table prepared)"
     switches: list[tuple[float, int]] = field(default_factory=list)  # (time since start, count)
+    #: The most cores other processes used in one reading while decoding (None: none taken).
+    most_others_seen: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -214,7 +220,7 @@ class Monitor:
 
     def observe(self, key: Hashable, seconds: float) -> int | None:
         jumped = self.detector.observe(key, seconds)
-        if not self.policy.switching or self.last is None:
+        if self.last is None:
             return None
         now = self.read()
         if now is None or (not jumped and now.wall - self.last.wall < self.every_s):
@@ -222,6 +228,10 @@ class Monitor:
         if now.wall - self.last.wall < 0.02:  # too short a window to read a load from
             return None
         load, self.last = load_between(self.last, now), now
+        seen = self.policy.most_others_seen
+        self.policy.most_others_seen = round(max(seen or 0.0, load.others), 2)
+        if not self.policy.switching:
+            return None  # the reading is still reported: a run that met a load says so
         current = self.policy.threads
         wanted = choose_threads(load, self.policy.max_threads, current)
         self.ups = self.ups + 1 if wanted > current else 0
