@@ -13,9 +13,10 @@ call decides (robust to calls another process preempted), and a non-default form
 default by a margin. A row count whose cheapest base cost is beaten by a larger row count's is
 then timed padded to that count, and keeps the padding only if it wins by the margin too
 (re-timed if it costs far more than the row count it pads to did: a stall, not a cost). Each
-candidate form is also run at 1 thread and at the thread policy's most
-(`casspec_ref.accel.threads`): a form whose bits differ between them is not chosen, so the policy
-may switch counts during a run without changing a result.
+candidate form for 1..16 rows is also run at 1 thread and at the thread policy's most
+(`casspec_ref.accel.threads`): a form whose bits differ between them is not chosen, so that the
+policy may switch counts during a run without changing a result (`prepare` also checks
+attention, `attention_invariant`).
 
 Timings taken under contention are not cached (`contention_reasons`: repeated timings of one
 form that disagree by more than `CONTENTION_FACTOR`, or other processes busy during the
@@ -89,8 +90,8 @@ class MeasuredTable(KernelTable):
     """A `KernelTable` with the costs (microseconds per call and form) behind each choice."""
 
     timings_us: dict[Key, dict[str, float]] = field(default_factory=dict)
-    #: Thread counts at which every entry (and every default the table leaves in place for its
-    #: shapes) was seen to give the same bits; () if that was not shown.
+    #: Thread counts at which every entry for 1..16 rows was seen to give the same bits; () if
+    #: that was not shown.
     checked_threads: tuple[int, ...] = ()
     #: Why the timings cannot be trusted (`contention_reasons`); a table with any is not cached.
     contention: list[str] = field(default_factory=list)
@@ -338,11 +339,12 @@ def calibrate(
     measured at the cache's speed, and its form chosen for the wrong reason. A class (32 rows
     and up: compute-bound) uses as many copies as `CLASS_SWEEP_FLOP` of work allows.
     ``retries``: how often row counts with `implausible` costs are measured again.
-    ``thread_levels``: thread counts at which each candidate form is run once more; a form whose
-    bits differ between them is not chosen (`thread_variant`), and the table's
-    ``checked_threads`` says which counts it holds for. The table's ``contention`` says whether
-    its timings can be trusted (`contention_reasons`, from the repeated timings alone; the
-    caller adds the machine's load).
+    ``thread_levels``: thread counts at which each candidate form for 1..``max_rows`` rows is
+    run once more; a form whose bits differ between them is not chosen there
+    (`thread_variant`), and the table's ``checked_threads`` says which counts it holds for
+    (the classes are not checked: larger forwards never switch counts). The table's
+    ``contention`` says whether its timings can be trusted (`contention_reasons`, from the
+    repeated timings alone; the caller adds the machine's load).
     """
     if stream_bytes is None:
         stream_bytes = stream_bytes_default()
@@ -369,9 +371,7 @@ def calibrate(
             chosen, timings = run.rows(max_rows)
             for c in classes:
                 flop = 2 * c * out_f * in_f
-                if flop > CLASS_MAX_FLOP:  # untimed: the default form, checked all the same
-                    if run.variant([default_form(dtype, c)], c):
-                        table.checked_threads = ()
+                if flop > CLASS_MAX_FLOP:  # untimed: the default form
                     continue
                 n = max(1, min(len(weights), int(CLASS_SWEEP_FLOP // flop)))
                 chosen[c], timings[c] = run.one_class(c, n)
@@ -450,8 +450,9 @@ class _ShapeRun:
 
     def one_class(self, rows: int, copies: int) -> tuple[Form, dict[str, float]]:
         """A class's form, timed on ``copies`` weight copies (larger products: longer calls,
-        steadier; half the repeats)."""
-        forms = self.candidates(rows)
+        steadier; half the repeats). Not checked at each thread count: a forward of more than
+        16 rows always runs on every thread (`casspec_ref.accel.threads.threads_for`)."""
+        forms = base_forms(self.dtype)
         x, repeats = self.x(rows), max(1, self.repeats // 2)
         timed = _time_forms(forms, self.weights[:copies], x, repeats, self.spreads)
         return choose_forms({rows: timed}, self.dtype, self.margin)[rows], timed

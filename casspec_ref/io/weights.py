@@ -845,8 +845,9 @@ def load_model(
     It applies the thread policy first (`casspec_ref.accel.threads.apply`: the thread count
     chosen from the cores other processes leave free). On CPU it makes sure the per-machine
     matmul table covers the model's weight shapes (`casspec_ref.accel.kernel_table.prepare`:
-    read from the cache, measured once per machine otherwise; ``CASSPEC_KERNELS=default``
-    skips it), and lets the policy follow the load during decoding (`threads.watch`).
+    read from the cache, measured once per machine otherwise, and not cached if measured under
+    load; ``CASSPEC_KERNELS=default`` skips it), and lets the policy follow the load during
+    decoding (`threads.watch`).
     """
     if path is not None and str(path) == "":
         raise FileNotFoundError("the model path is empty: give a GGUF file or an HF directory")
