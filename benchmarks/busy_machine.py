@@ -22,7 +22,8 @@ timeout (``--child-timeout``). With the defaults the script runs for a few minut
 Output: one JSON record, printed and written to ``<out>/busy_machine.json`` with ``--out``:
 
     {
-      "settings": {"tokens": int, "prompt": str, "competitor_s": float, "methods": [str]},
+      "settings": {"tokens": int, "prompt": str, "competitor_s": float, "methods": [str],
+                   "thread_settings": [str], "conditions": [str]},
       "environment": {"cpus": int, "torch": str, "python": str, "platform": str,
                       "git_commit": str, "time": str,
                       "load": {"start": {...} | null, "end": {...} | null, "changed": bool | null}},
@@ -198,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--competitor-s", type=float, default=60.0, help="a competitor's life")
     parser.add_argument("--child-timeout", type=float, default=120.0)
     parser.add_argument("--methods", default="ar,cas-spec,hf")
+    parser.add_argument("--settings", default=",".join(SETTINGS), help="policy,inherited")
+    parser.add_argument("--conditions", default=",".join(CONDITIONS), help="quiet,python,torch")
     parser.add_argument("--out", type=Path, help="write busy_machine.json into this folder")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--compete", type=float, help=argparse.SUPPRESS)
@@ -211,6 +214,12 @@ def main(argv: list[str] | None = None) -> int:
     methods = [m for m in args.methods.split(",") if m]
     if unknown := set(methods) - {"ar", "cas-spec", "hf"}:
         parser.error(f"unknown --methods {sorted(unknown)}: allowed are ar, cas-spec, hf")
+    settings = [x for x in args.settings.split(",") if x]
+    conditions = [x for x in args.conditions.split(",") if x]
+    if set(settings) - set(SETTINGS) or set(conditions) - set(CONDITIONS) or not settings:
+        parser.error(f"--settings among {list(SETTINGS)}, --conditions among {list(CONDITIONS)}")
+    if "quiet" not in conditions:
+        parser.error("--conditions must include quiet: the ratios are taken against it")
     try:
         import transformers  # noqa: F401
     except ImportError:
@@ -221,8 +230,8 @@ def main(argv: list[str] | None = None) -> int:
 
     load_start = threads.machine_load()
     runs = []
-    for setting in SETTINGS:
-        for condition in CONDITIONS:
+    for setting in settings:
+        for condition in conditions:
             for method in methods:
                 competitor = start_competitor(condition, setting, args.competitor_s)
                 try:
@@ -249,6 +258,8 @@ def main(argv: list[str] | None = None) -> int:
             "prompt": PROMPT,
             "competitor_s": args.competitor_s,
             "methods": methods,
+            "thread_settings": settings,
+            "conditions": conditions,
         },
         "environment": _environment(threads.load_record(load_start, threads.machine_load())),
         "runs": runs,
