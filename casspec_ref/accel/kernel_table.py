@@ -319,7 +319,7 @@ def calibrate(
     *,
     max_rows: int = MAX_ROWS,
     classes: Iterable[int] = ROW_CLASSES,
-    repeats: int = 4,
+    repeats: int = 3,
     margin: float = DEFAULT_MARGIN,
     stream_bytes: int | None = None,
     max_copies: int = 1024,
@@ -680,7 +680,7 @@ def estimate_seconds(shapes: Iterable[tuple[int, int]], dtype: torch.dtype) -> f
     stream = stream_bytes_default()
     element = torch.tensor([], dtype=dtype).element_size()
     n_forms = len(base_forms(dtype))
-    passes = 4 + 1  # `calibrate`'s default repeats, and padding checks on about a quarter
+    passes = 3 + 1  # `calibrate`'s default repeats and a warm-up; padding checks add a quarter
     moved = flop = 0.0
     for o, i in set(shapes):
         size = o * i * element
@@ -688,7 +688,7 @@ def estimate_seconds(shapes: Iterable[tuple[int, int]], dtype: torch.dtype) -> f
         moved += sweep * passes * n_forms * len(timed_rows()) * 1.25
         for c in ROW_CLASSES:
             if 2 * c * o * i <= CLASS_MAX_FLOP:
-                flop += max(2 * c * o * i, CLASS_SWEEP_FLOP) * 3 * n_forms
+                flop += max(2 * c * o * i, CLASS_SWEEP_FLOP) * 2 * n_forms  # 1 pass, warm-up
     bandwidth, rate = _rates(dtype)
     return 1.2 * (moved / bandwidth + flop / rate)
 
