@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from casspec_ref.accel import kernel_table
+from casspec_ref.accel import kernel_table, threads
 from casspec_ref.accel.kernel_table import MeasuredTable
+from casspec_ref.accel.threads import CpuTimes, Load
 from casspec_ref.base import kernels
 from casspec_ref.base.kernels import Form, KernelTable
 
@@ -92,9 +93,10 @@ def test_table_json_round_trip_and_cache_key(
     # The file format other versions of this package read: the machine key and one entry per
     # (shape, dtype, rows) with its form and costs.
     saved = json.loads(path.read_text())
-    assert set(saved) == {"key", "entries"} and saved["key"] == kernel_table.machine_key()
-    entry = {"out": 40, "in": 24, "dtype": "float32", "rows": 1, "form": "wxt@2",
-             "cost_us": {"linear": 7.0, "wxt": 2.5, "wxt@2": 2.4}}  # fmt: skip
+    assert set(saved) == {"key", "checked_threads", "entries"}
+    assert saved["key"] == kernel_table.machine_key()
+    costs = {"linear": 7.0, "wxt": 2.5, "wxt@2": 2.4}
+    entry = {"out": 40, "in": 24, "dtype": "float32", "rows": 1, "form": "wxt@2", "cost_us": costs}
     assert entry in saved["entries"] and len(saved["entries"]) == 2
     # A file written under another machine key (torch version, CPU, threads) is ignored.
     data = json.loads(path.read_text())
@@ -119,11 +121,26 @@ def test_table_json_round_trip_and_cache_key(
     assert core == [{**e, "cost_us": {}} for e in table.to_json()] and core
 
 
-def test_prepare_follows_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def quiet(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[list[Load]]:
+    """A clean cache, and a machine whose load readings are the list's (quiet by default)."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(kernel_table, "_PROCESS_ONLY", MeasuredTable())
+    monkeypatch.setattr(kernel_table, "estimate_seconds", lambda shapes, dtype: 1.0)
+    monkeypatch.setattr(threads, "read_cpu_times", lambda: None)
+    loads = [Load(2, 0.0, 0.1)]
+    monkeypatch.setattr(threads, "sample_load", lambda: loads[0])
+    yield loads
+
+
+def test_prepare_follows_the_environment(
+    quiet: list[Load], monkeypatch: pytest.MonkeyPatch
+) -> None:
     calls: list[set[tuple[int, int]]] = []
 
-    def fake_calibrate(shapes: set[tuple[int, int]], dtype: torch.dtype) -> MeasuredTable:
+    def fake_calibrate(
+        shapes: set[tuple[int, int]], dtype: torch.dtype, **kw: object
+    ) -> MeasuredTable:
         calls.append(set(shapes))
         return MeasuredTable({(o, i, dtype, 2): Form("wxt") for o, i in shapes})
 
@@ -173,3 +190,163 @@ def test_weight_copies_stream_past_the_largest_cache(tmp_path: Path) -> None:
     empty = tmp_path / "none"
     assert kernel_table.stream_bytes_default(fallback=123, root=empty) == 123
     assert kernel_table.machine_key()["calibration"] == kernel_table.CALIBRATION
+
+
+def contended_calibrate(
+    shapes: set[tuple[int, int]], dtype: torch.dtype, **kw: object
+) -> MeasuredTable:
+    """What `calibrate` returns when a form's repeated timings were 3x apart in every pass."""
+    reasons = kernel_table.contention_reasons([3.0] * 10, None)
+    return MeasuredTable({(o, i, dtype, 1): Form("wxt") for o, i in shapes}, contention=reasons)
+
+
+def test_a_contended_table_serves_its_process_and_is_never_cached(
+    quiet: list[Load], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv(kernel_table.ENV_VAR, "auto")
+    calls = []
+    monkeypatch.setattr(
+        kernel_table, "calibrate", lambda s, d, **kw: calls.append(s) or contended_calibrate(s, d)
+    )
+    kernel_table.prepare({(40, 24)}, torch.float32)
+    assert not kernel_table.cache_path().exists() and not list(tmp_path.rglob("*.json"))
+    assert kernels.active_table().form_for(40, 24, torch.float32, 1) == Form("wxt")
+    with pytest.raises(ValueError, match="not cached"):
+        kernel_table.save_cached(contended_calibrate({(40, 24)}, torch.float32))
+    kernels.use_table(None)
+    kernel_table.prepare({(40, 24)}, torch.float32)  # the same process: not measured again
+    assert len(calls) == 1
+    assert kernels.active_table().form_for(40, 24, torch.float32, 1) == Form("wxt")
+    monkeypatch.setattr(kernel_table, "_PROCESS_ONLY", MeasuredTable())  # a later start
+    kernel_table.prepare({(40, 24)}, torch.float32)
+    assert len(calls) == 2 and not kernel_table.cache_path().exists()
+
+
+def test_a_load_during_calibration_keeps_the_table_out_of_the_cache(
+    quiet: list[Load], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(kernel_table.ENV_VAR, "auto")
+    monkeypatch.setattr(
+        kernel_table, "calibrate", lambda s, d, **kw: MeasuredTable({(40, 24, d, 1): Form("wxt")})
+    )
+    # Before and after the measurement: over 1 s, other processes kept 0.9 of 2 cores busy.
+    readings = iter([CpuTimes(0.0, 0, 0, 0, 2), CpuTimes(1.0, 190, 200, 100, 2)])
+    monkeypatch.setattr(threads, "read_cpu_times", lambda: next(readings, None))
+    measured = kernel_table.measure({(40, 24)}, torch.float32)
+    assert measured is not None and measured.contention == [
+        "other processes used 0.90 cores during the measurement"
+    ]
+    readings = iter([CpuTimes(0.0, 0, 0, 0, 2), CpuTimes(1.0, 190, 200, 100, 2)])
+    kernel_table.prepare({(40, 24)}, torch.float32)
+    assert not kernel_table.cache_path().exists()
+
+
+def test_a_busy_start_measures_nothing_unless_forced(
+    quiet: list[Load], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(kernel_table, "calibrate", contended_calibrate)
+    quiet[0] = Load(2, 1.2, 0.1)
+    assert kernel_table.measure({(40, 24)}, torch.float32) is None
+    assert "keep 1.2 of 2 cores busy" in capsys.readouterr().err
+    assert kernel_table.measure({(40, 24)}, torch.float32, force=True) is not None
+    err = capsys.readouterr().err
+    assert "measuring this machine's fastest exact matmul forms for 1 weight shapes" in err
+    assert "about 1 s" in err and "not cached" in err
+
+
+def test_contention_is_read_from_repeated_timings_and_the_load() -> None:
+    assert kernel_table.contention_reasons([1.1, 1.3, 1.9, 1.2] * 5, 0.2) == []
+    # 3 of 20 timings (15 %) disagree by more than 2x: more than the 10 % allowed.
+    assert kernel_table.contention_reasons([1.1] * 17 + [2.5] * 3, None) == [
+        "3 of 20 repeated timings disagree by more than 2x"
+    ]
+    assert kernel_table.contention_reasons([1.1] * 19 + [2.5], None) == []  # one hiccup: 5 %
+    assert kernel_table.contention_reasons([], 0.6) == [
+        "other processes used 0.60 cores during the measurement"
+    ]
+
+
+def test_untimed_row_counts_pad_to_the_next_timed_one_in_an_exact_form() -> None:
+    assert kernel_table.timed_rows() == list(kernel_table.FIRST_ROWS)
+    assert kernel_table.timed_rows(5) == [1, 2, 3, 4, 5]
+    chosen = {r: Form("split") for r in kernel_table.FIRST_ROWS}
+    chosen[8] = Form("packed", 12)
+    filled = kernel_table.fill_rows(chosen, 16)
+    assert sorted(filled) == list(range(1, 17))
+    assert filled[5] == Form("split", 6) and filled[7] == Form("packed", 12)
+    assert filled[9] == Form("split", 12) and filled[13] == Form("split", 16)
+    for n, form in filled.items():  # every one a form the table may hold (`Form.parse`)
+        assert Form.parse(str(form)) == form
+        assert form.pad_to == 0 or n < form.pad_to <= kernels.MAX_ROWS
+
+
+def test_forms_whose_bits_depend_on_the_thread_count_are_never_chosen(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A stand-in for a BLAS kernel that splits its sums by team size: ``linear`` rounds one
+    way on one thread and another on two; calibration must not choose it anywhere."""
+    real = kernel_table.apply_form
+
+    def thread_dependent(form: Form, x: torch.Tensor, w: torch.Tensor, b: None) -> torch.Tensor:
+        out = real(form, x, w, b)
+        if form.base == "linear" and torch.get_num_threads() > 1:
+            out = out + 1e-3
+        return out
+
+    monkeypatch.setattr(kernel_table, "apply_form", thread_dependent)
+    w, x = torch.randn(8, 8), torch.randn(3, 8)
+    assert kernel_table.thread_variant(kernels.base_forms(torch.float32), w, x, (1, 2)) == {
+        "linear"
+    }
+    assert kernel_table.thread_variant([Form("linear")], w, x, (1,)) == set()
+    table = kernel_table.calibrate(
+        [(8, 8)], max_rows=4, classes=(32,), repeats=1, stream_bytes=0, thread_levels=(1, 2)
+    )
+    rows = {key[3]: form for key, form in table.forms.items()}
+    assert sorted(rows) == [1, 2, 3, 4, 32]
+    assert all(form.base != "linear" for r, form in rows.items() if r <= kernels.MAX_ROWS)
+    # A class of larger row counts is not checked: a forward that large never switches counts.
+    assert table.checked_threads == (1, 2)
+
+
+def test_switching_threads_is_allowed_only_where_a_forward_keeps_its_bits() -> None:
+    """The thread policy switches counts during a run only if the table's forms were checked at
+    1 and 2 threads and attention passes `attention_invariant`. Then forwards of 1..16 rows
+    (after a prompt run on every thread, as the policy runs it) must give the same bits on
+    either count; where they do not, the check must have said no. A model of SmolLM2's widths,
+    two layers. (On the CPU this was written on, MKL's float32 product of 5-11 rows and
+    attention for one new token both differ between 1 and 2 threads: the check says no.)"""
+    from casspec_ref.base.random_weights import random_init_
+    from casspec_ref.config import tiny_llama
+    from casspec_ref.kv_cache import KVCache
+    from casspec_ref.model import Transformer
+
+    widths = {"d_model": 576, "n_heads": 9, "n_kv_heads": 3, "d_ff": 1536}
+    config = tiny_llama(**widths, n_layers=2, vocab_size=512, max_seq_len=360)
+    model = random_init_(Transformer(config), seed=0, std=0.05)
+    shapes = kernel_table.model_shapes(model)
+    table = kernel_table.calibrate(
+        shapes, classes=(32,), repeats=1, stream_bytes=0, thread_levels=(1, 2)
+    )
+    assert table.checked_threads == (1, 2)
+    allowed = kernel_table.attention_invariant(torch.float32, (1, 2))
+    kernels.use_table(table)
+    previous = torch.get_num_threads()
+    tokens = torch.randint(
+        0, config.vocab_size, (1, 340), generator=torch.Generator().manual_seed(1)
+    )
+    same = True
+    try:
+        for past in (40, 300):
+            for rows in (1, 2, 5, 9, 16):
+                logits = []
+                for n in (1, 2):
+                    torch.set_num_threads(2)  # a prompt runs on every thread (`threads_for`)
+                    cache = KVCache(config, config.max_seq_len)
+                    model(tokens[:, :past], cache=cache)
+                    torch.set_num_threads(n)
+                    logits.append(model(tokens[:, past : past + rows], cache=cache))
+                same = same and torch.equal(logits[0], logits[1])
+    finally:
+        torch.set_num_threads(previous)
+    assert same or not allowed, "switching allowed, but a forward changed its bits with threads"

@@ -4,23 +4,33 @@
 one per (weight shape, dtype, rows). This module decides what goes into that table on this
 machine.
 
-The table is measured, not assumed (`calibrate`): for each weight shape and row count 1..16
-(and each class of larger row counts, `ROW_CLASSES`, at its own size), the base forms are timed
-in interleaved repeats (so a burst of load on a shared machine hits every form alike), cycling
-through enough copies of the weight that each call reads it from memory as a real forward does;
-the median call decides (robust to calls another process preempted), and a non-default form
-must beat the default by a margin. A row count whose cheapest base cost is beaten by a larger
-row count's is then timed padded to that count, and keeps the padding only if it wins by the
-margin too (re-timed if it costs far more than the row count it pads to did: a stall, not a
-cost).
+The table is measured, not assumed (`calibrate`): for each weight shape, at the row counts
+`FIRST_ROWS` (the row counts between them pad to the next: exact, and the very product timed)
+and at each class of larger row counts (`ROW_CLASSES`, at its own size), the base forms are
+timed in interleaved repeats (so a burst of load hits every form alike), cycling through enough
+copies of the weight that each call reads it from memory as a real forward does; the median
+call decides (robust to calls another process preempted), and a non-default form must beat the
+default by a margin. A row count whose cheapest base cost is beaten by a larger row count's is
+then timed padded to that count, and keeps the padding only if it wins by the margin too
+(re-timed if it costs far more than the row count it pads to did: a stall, not a cost). Each
+candidate form for 1..16 rows is also run at 1 thread and at the thread policy's most
+(`casspec_ref.accel.threads`): a form whose bits differ between them is not chosen, so that the
+policy may switch counts during a run without changing a result (`prepare` also checks
+attention, `attention_invariant`).
 
-The result is cached as JSON under ``~/.cache/casspec_ref/`` (or ``$XDG_CACHE_HOME``), one file
-per (torch version, CPU model, thread count), so a machine calibrates once. The environment
-variable ``CASSPEC_KERNELS`` selects the behaviour of `prepare`: ``auto`` (default: the cached
-table, calibrating missing shapes), ``calibrate`` (re-measure and overwrite), ``default`` (never
-measure; the built-in default forms; the test suite uses this). Print the table with
-``python -m casspec_ref.accel.kernel_table`` (``--calibrate`` measures the SmolLM2-135M shapes
-first).
+Timings taken under contention are not cached (`contention_reasons`: repeated timings of one
+form that disagree by more than `CONTENTION_FACTOR`, or other processes busy during the
+measurement); such a table serves its process only and is measured again on a later start. A
+start with other processes busy (`BUSY_CORES`) measures nothing and uses the default forms. The
+first measurement says on stderr what it measures and for about how long (`estimate_seconds`).
+
+A trusted table is cached as JSON under ``~/.cache/casspec_ref/`` (or ``$XDG_CACHE_HOME``), one
+file per (torch version, CPU model, thread count, ...: `machine_key`), so a machine calibrates
+once. The environment variable ``CASSPEC_KERNELS`` selects the behaviour of `prepare`: ``auto``
+(default: the cached table, calibrating missing shapes), ``calibrate`` (re-measure and
+overwrite), ``default`` (never measure; the built-in default forms; the test suite uses this).
+Print the table with ``python -m casspec_ref.accel.kernel_table`` (``--calibrate`` measures the
+SmolLM2-135M shapes first, even on a busy machine, and caches them only if uncontended).
 """
 
 from __future__ import annotations
@@ -30,6 +40,7 @@ import json
 import os
 import platform
 import statistics
+import sys
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -37,6 +48,7 @@ from pathlib import Path
 
 import torch
 
+from casspec_ref.accel import threads
 from casspec_ref.base.kernels import (
     BASE_FORMS,
     MAX_ROWS,
@@ -52,11 +64,22 @@ from casspec_ref.base.kernels import (
 
 #: A non-default form must be at least this much faster (relative) than the one it replaces.
 DEFAULT_MARGIN = 0.10
-#: The way tables are measured; part of the cache key, so a table measured an older way is
-#: measured again (2: weight copies stream past the last-level cache, `stream_bytes_default`;
-#: 3: row counts above 16 are measured by class, `ROW_CLASSES`; 4: forms are timed through
-#: `apply_form`, as decoding calls them; 5: `apply_form` runs a packed product directly).
-CALIBRATION = "5"
+#: The way tables are measured; part of the cache key, so a table measured another way is
+#: measured again.
+CALIBRATION = "6"
+#: The row counts timed one by one (`timed_rows`); the others pad to the next (`fill_rows`).
+FIRST_ROWS = (1, 2, 3, 4, 6, 8, 12, 16)
+#: A class of larger row counts is timed only if one call costs at most this many flops (above,
+#: a product is compute-bound and the default form keeps it); each timed pass stops at
+#: `CLASS_SWEEP_FLOP` of work.
+CLASS_MAX_FLOP = 2e9
+CLASS_SWEEP_FLOP = 1e9
+#: Contention (`contention_reasons`): repeated timings of one form further apart than this
+#: factor, in more than this share of the timed forms; or other processes using more cores
+#: than `BUSY_CORES` during calibration (which is also the load at start that defers it).
+CONTENTION_FACTOR = 2.0
+CONTENDED_SHARE = 0.1
+BUSY_CORES = 0.5
 #: Accepted values of the ``CASSPEC_KERNELS`` environment variable.
 MODES = ("auto", "calibrate", "default")
 ENV_VAR = "CASSPEC_KERNELS"
@@ -67,10 +90,18 @@ class MeasuredTable(KernelTable):
     """A `KernelTable` with the costs (microseconds per call and form) behind each choice."""
 
     timings_us: dict[Key, dict[str, float]] = field(default_factory=dict)
+    #: Thread counts at which every entry for 1..16 rows was seen to give the same bits; () if
+    #: that was not shown.
+    checked_threads: tuple[int, ...] = ()
+    #: Why the timings cannot be trusted (`contention_reasons`); a table with any is not cached.
+    contention: list[str] = field(default_factory=list)
 
     def update(self, other: MeasuredTable) -> None:
+        common = set(other.checked_threads) & set(self.checked_threads)
+        self.checked_threads = other.checked_threads if not self.forms else tuple(sorted(common))
         self.forms.update(other.forms)
         self.timings_us.update(other.timings_us)
+        self.contention.extend(other.contention)
 
     def shapes(self) -> set[tuple[int, int, torch.dtype]]:
         return {(o, i, d) for o, i, d, _ in self.forms}
@@ -79,8 +110,10 @@ class MeasuredTable(KernelTable):
         return table_to_json(self)
 
     @staticmethod
-    def from_json(entries: Iterable[Mapping[str, object]]) -> MeasuredTable:
-        table = MeasuredTable()
+    def from_json(
+        entries: Iterable[Mapping[str, object]], checked_threads: Iterable[int] = ()
+    ) -> MeasuredTable:
+        table = MeasuredTable(checked_threads=tuple(sorted(int(t) for t in checked_threads)))
         for e in entries:
             dtype = getattr(torch, str(e["dtype"]), None)
             if not isinstance(dtype, torch.dtype):
@@ -170,23 +203,82 @@ def _time_forms(
     weights: list[torch.Tensor],
     x: torch.Tensor,
     repeats: int,
+    spreads: list[float] | None = None,
 ) -> dict[str, float]:
     """Microseconds per call of each form: the median of all its timed calls, over ``repeats``
     interleaved passes through the weight copies. A call that another process preempted is one
     outlier among many; a form that stalls on most calls (e.g. a multi-threaded kernel waiting
-    for a descheduled partner thread on a busy machine) is slow, and is measured as slow."""
-    samples: dict[str, list[float]] = {str(f): [] for f in forms}
+    for a descheduled partner thread on a busy machine) is slow, and is measured as slow.
+    ``spreads`` receives, per form, its slowest pass's median over its fastest's
+    (`contention_reasons`)."""
+    samples: dict[str, list[list[float]]] = {str(f): [] for f in forms}
     for f in forms:  # warm-up: first calls allocate, pick code paths and pack the weight copies
-        for w in weights:
+        for w in weights if f.base == "packed" else weights[:1]:
             apply_form(f, x, w, None)
     for rep in range(repeats):
         order = forms[rep % len(forms) :] + forms[: rep % len(forms)]
         for f in order:
+            calls = []
             for w in weights:
                 start = time.perf_counter()
                 apply_form(f, x, w, None)
-                samples[str(f)].append((time.perf_counter() - start) * 1e6)
-    return {name: statistics.median(s) for name, s in samples.items()}
+                calls.append((time.perf_counter() - start) * 1e6)
+            samples[str(f)].append(calls)
+    if spreads is not None:
+        for passes in samples.values():
+            medians = [statistics.median(p) for p in passes]
+            spreads.append(max(medians) / max(min(medians), 1e-9))
+    return {name: statistics.median(t for p in s for t in p) for name, s in samples.items()}
+
+
+def thread_variant(
+    forms: Iterable[Form], weight: torch.Tensor, x: torch.Tensor, levels: Iterable[int]
+) -> set[str]:
+    """The forms whose product of ``x`` and ``weight`` is not the same bits at every thread
+    count of ``levels`` (some BLAS kernels split a product's work by the team size). The
+    caller's thread count is restored."""
+    levels = sorted(set(levels))
+    if len(levels) < 2:
+        return set()
+    previous = torch.get_num_threads()
+    variant = set()
+    try:
+        for f in forms:
+            outs = []
+            for n in levels:
+                torch.set_num_threads(n)
+                outs.append(apply_form(f, x, weight, None))
+            if any(not torch.equal(outs[0], o) for o in outs[1:]):
+                variant.add(str(f))
+    finally:
+        torch.set_num_threads(previous)
+    return variant
+
+
+def contention_reasons(
+    spreads: Iterable[float],
+    others: float | None,
+    factor: float = CONTENTION_FACTOR,
+    share: float = CONTENDED_SHARE,
+    busy: float = BUSY_CORES,
+) -> list[str]:
+    """Why a calibration's timings show contention (empty: they do not).
+
+    ``spreads``: per timed form, its slowest pass's median call over its fastest's; on a quiet
+    machine the passes agree within tens of percent, so more than ``share`` of them disagreeing
+    by over ``factor`` means other work came and went during the measurement. ``others``: the
+    cores other processes used meanwhile (`casspec_ref.accel.threads.Load`), None if unknown.
+    """
+    spreads = list(spreads)
+    reasons = []
+    wide = sum(1 for s in spreads if s > factor)
+    if spreads and wide > share * len(spreads):
+        reasons.append(
+            f"{wide} of {len(spreads)} repeated timings disagree by more than {factor:g}x"
+        )
+    if others is not None and others > busy:
+        reasons.append(f"other processes used {others:.2f} cores during the measurement")
+    return reasons
 
 
 def implausible(costs: Mapping[int, Mapping[str, float]], factor: float = 8.0) -> list[int]:
@@ -201,29 +293,58 @@ def implausible(costs: Mapping[int, Mapping[str, float]], factor: float = 8.0) -
     return [r for r, c in costs.items() if min(c.values()) > factor * one]
 
 
+def timed_rows(max_rows: int = MAX_ROWS) -> list[int]:
+    """The row counts up to ``max_rows`` that calibration times (`FIRST_ROWS`, and ``max_rows``):
+    the others pad to the next of them (`fill_rows`)."""
+    return sorted({r for r in FIRST_ROWS if r <= max_rows} | {max_rows})
+
+
+def fill_rows(chosen: Mapping[int, Form], max_rows: int) -> dict[int, Form]:
+    """A form for every row count 1..``max_rows``: a timed count keeps its own; any other pads
+    to the next timed count and uses that count's form (padding is exact: `base.kernels`), so it
+    runs the very product that was timed there."""
+    out = {}
+    for n in range(1, max_rows + 1):
+        if n in chosen:
+            out[n] = chosen[n]
+            continue
+        k = min(r for r in chosen if r > n)
+        out[n] = Form(chosen[k].base, max(k, chosen[k].pad_to))
+    return out
+
+
 def calibrate(
     shapes: Iterable[tuple[int, int]],
     dtype: torch.dtype = torch.float32,
     *,
     max_rows: int = MAX_ROWS,
     classes: Iterable[int] = ROW_CLASSES,
-    repeats: int = 7,
+    repeats: int = 3,
     margin: float = DEFAULT_MARGIN,
     stream_bytes: int | None = None,
     max_copies: int = 1024,
     retries: int = 2,
+    thread_levels: Iterable[int] = (),
 ) -> MeasuredTable:
-    """Time the exact forms for each ``(out, in)`` weight shape and rows 1..``max_rows``, and
-    at each row count of ``classes`` (`ROW_CLASSES`: the entries of larger products; base forms
-    only, no padding).
+    """Time the exact forms for each ``(out, in)`` weight shape at the row counts `timed_rows`
+    (the others pad to the next: `fill_rows`) and at each row count of ``classes``
+    (`ROW_CLASSES`: the entries of larger products; base forms only, no padding; a class whose
+    one call exceeds `CLASS_MAX_FLOP` keeps the default form, untimed).
 
     ``stream_bytes``: the weight is replicated until the copies total at least this much (at
     most ``max_copies``), and each timed sample runs once over all copies, so the weight comes
     from memory (as in a real forward over hundreds of MB of weights) rather than from cache.
     None: three times this machine's last-level cache (`stream_bytes_default`); a small weight
     (the k/v projections, 442 KB in SmolLM2) timed from a cache-resident set of copies was
-    measured at the cache's speed, and its form chosen for the wrong reason.
+    measured at the cache's speed, and its form chosen for the wrong reason. A class (32 rows
+    and up: compute-bound) uses as many copies as `CLASS_SWEEP_FLOP` of work allows.
     ``retries``: how often row counts with `implausible` costs are measured again.
+    ``thread_levels``: thread counts at which each candidate form for 1..``max_rows`` rows is
+    run once more; a form whose bits differ between them is not chosen there
+    (`thread_variant`), and the table's ``checked_threads`` says which counts it holds for
+    (the classes are not checked: larger forwards never switch counts). The table's
+    ``contention`` says whether its timings can be trusted (`contention_reasons`, from the
+    repeated timings alone; the caller adds the machine's load).
     """
     if stream_bytes is None:
         stream_bytes = stream_bytes_default()
@@ -236,46 +357,105 @@ def calibrate(
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     if not 0 <= margin < 1:
         raise ValueError(f"margin must be in [0, 1), got {margin}")
+    levels = tuple(sorted(set(thread_levels) | {torch.get_num_threads()}))
+    table = MeasuredTable(checked_threads=levels)
+    spreads: list[float] = []
     gen = torch.Generator().manual_seed(0)
-    table = MeasuredTable()
-    forms = base_forms(dtype)
     with torch.no_grad():
         for out_f, in_f in sorted(set(shapes)):
             one = torch.randn(out_f, in_f, generator=gen).to(dtype)
             size = one.numel() * one.element_size()
             copies = min(max_copies, max(1, -(-stream_bytes // size)))
             weights = [one] + [one.clone() for _ in range(copies - 1)]
-            xs = {r: torch.randn(r, in_f, generator=gen).to(dtype) for r in range(1, max_rows + 1)}
-            measured = {r: _time_forms(forms, weights, xs[r], repeats) for r in xs}
-            for _ in range(retries):  # a row count measured while the machine stalled: again
-                for r in implausible(measured):
-                    again = _time_forms(forms, weights, xs[r], repeats)
-                    if min(again.values()) < min(measured[r].values()):
-                        measured[r] = again
-            chosen = choose_forms(measured, dtype, margin)
-            cost = {r: measured[r][str(chosen[r])] for r in chosen}
-            timings = {r: dict(measured[r]) for r in measured}
-            for n, k in padding_candidates(cost, margin).items():
-                padded = Form(chosen[k].base, k)
-                check = _time_forms([chosen[n], padded], weights, xs[n], repeats)
-                for _ in range(retries):  # padded to k rows costs about k rows, unless it stalled
-                    if check[str(padded)] <= 2 * cost[k]:
-                        break
-                    again = _time_forms([chosen[n], padded], weights, xs[n], repeats)
-                    check = {f: min(t, again[f]) for f, t in check.items()}
-                timings[n].update({f"{padded}": check[str(padded)]})
-                if check[str(padded)] < (1 - margin) * check[str(chosen[n])]:
-                    chosen[n] = padded
-            for c in classes:  # larger products: longer calls, steadier; half the repeats
-                xc = torch.randn(c, in_f, generator=gen).to(dtype)
-                timings[c] = _time_forms(forms, weights, xc, max(1, repeats // 2))
-            chosen |= choose_forms({c: timings[c] for c in classes}, dtype, margin)
+            run = _ShapeRun(weights, dtype, repeats, margin, retries, levels, spreads, gen)
+            chosen, timings = run.rows(max_rows)
+            for c in classes:
+                flop = 2 * c * out_f * in_f
+                if flop > CLASS_MAX_FLOP:  # untimed: the default form
+                    continue
+                n = max(1, min(len(weights), int(CLASS_SWEEP_FLOP // flop)))
+                chosen[c], timings[c] = run.one_class(c, n)
             for r, form in chosen.items():
                 key = (out_f, in_f, dtype, r)
                 table.forms[key] = form
-                table.timings_us[key] = {f: round(t, 1) for f, t in timings[r].items()}
-            del weights
+                table.timings_us[key] = {f: round(t, 1) for f, t in timings.get(r, {}).items()}
+            if run.unchecked:
+                table.checked_threads = ()
+            del weights, run
+    table.contention = contention_reasons(spreads, None)
     return table
+
+
+class _ShapeRun:
+    """The measurements of one weight shape (`calibrate`'s steps, kept apart to be read)."""
+
+    def __init__(
+        self,
+        weights: list[torch.Tensor],
+        dtype: torch.dtype,
+        repeats: int,
+        margin: float,
+        retries: int,
+        levels: tuple[int, ...],
+        spreads: list[float],
+        gen: torch.Generator,
+    ) -> None:
+        self.weights, self.dtype, self.repeats, self.margin = weights, dtype, repeats, margin
+        self.retries, self.levels, self.spreads, self.gen = retries, levels, spreads, gen
+        self.in_f = weights[0].shape[1]
+        self.unchecked = False  # a row count where every candidate form was thread-variant
+
+    def x(self, rows: int) -> torch.Tensor:
+        return torch.randn(rows, self.in_f, generator=self.gen).to(self.dtype)
+
+    def variant(self, forms: list[Form], rows: int) -> set[str]:
+        return thread_variant(forms, self.weights[0], self.x(rows), self.levels)
+
+    def candidates(self, rows: int) -> list[Form]:
+        forms = base_forms(self.dtype)
+        bad = self.variant(forms, rows)
+        kept = [f for f in forms if str(f) not in bad]
+        if not kept:
+            self.unchecked = True
+        return kept or forms
+
+    def time(self, forms: list[Form], x: torch.Tensor, repeats: int) -> dict[str, float]:
+        return _time_forms(forms, self.weights, x, repeats, self.spreads)
+
+    def rows(self, max_rows: int) -> tuple[dict[int, Form], dict[int, dict[str, float]]]:
+        """The timed row counts' forms (padding included where it wins), filled to 1..max_rows."""
+        xs = {r: self.x(r) for r in timed_rows(max_rows)}
+        forms = {r: self.candidates(r) for r in xs}
+        measured = {r: self.time(forms[r], xs[r], self.repeats) for r in xs}
+        for _ in range(self.retries):  # a row count measured while the machine stalled: again
+            for r in implausible(measured):
+                again = self.time(forms[r], xs[r], self.repeats)
+                if min(again.values()) < min(measured[r].values()):
+                    measured[r] = again
+        chosen = choose_forms(measured, self.dtype, self.margin)
+        cost = {r: measured[r][str(chosen[r])] for r in chosen}
+        timings = {r: dict(measured[r]) for r in measured}
+        for n, k in padding_candidates(cost, self.margin).items():
+            padded = Form(chosen[k].base, k)
+            check = self.time([chosen[n], padded], xs[n], self.repeats)
+            for _ in range(self.retries):  # padded to k rows costs about k rows, unless it stalled
+                if check[str(padded)] <= 2 * cost[k]:
+                    break
+                again = self.time([chosen[n], padded], xs[n], self.repeats)
+                check = {f: min(t, again[f]) for f, t in check.items()}
+            timings[n].update({f"{padded}": check[str(padded)]})
+            if check[str(padded)] < (1 - self.margin) * check[str(chosen[n])]:
+                chosen[n] = padded
+        return fill_rows(chosen, max_rows), timings
+
+    def one_class(self, rows: int, copies: int) -> tuple[Form, dict[str, float]]:
+        """A class's form, timed on ``copies`` weight copies (larger products: longer calls,
+        steadier; half the repeats). Not checked at each thread count: a forward of more than
+        16 rows always runs on every thread (`casspec_ref.accel.threads.threads_for`)."""
+        forms = base_forms(self.dtype)
+        x, repeats = self.x(rows), max(1, self.repeats // 2)
+        timed = _time_forms(forms, self.weights[:copies], x, repeats, self.spreads)
+        return choose_forms({rows: timed}, self.dtype, self.margin)[rows], timed
 
 
 def stream_bytes_default(
@@ -298,7 +478,8 @@ def stream_bytes_default(
 
 # ----------------------------------------------------------------------------- per-machine cache
 def machine_key() -> dict[str, str]:
-    """What a table depends on: torch version, CPU model, thread count, architecture, the forms
+    """What a table depends on: torch version, CPU model, the thread count it is timed at (the
+    thread policy's most, `casspec_ref.accel.threads.Policy.max_threads`), architecture, the forms
     there are to choose from and the way they are measured (a table measured before a form
     existed, or measured another way, is measured again)."""
     cpu = platform.processor() or platform.machine()
@@ -313,7 +494,7 @@ def machine_key() -> dict[str, str]:
         "torch": torch.__version__,
         "cpu": cpu,
         "arch": platform.machine(),
-        "threads": str(torch.get_num_threads()),
+        "threads": str(threads.apply().max_threads),
         "forms": ",".join(BASE_FORMS),
         "calibration": CALIBRATION,
     }
@@ -337,7 +518,7 @@ def load_cached(path: Path | None = None) -> MeasuredTable:
     if not isinstance(data, dict) or data.get("key") != machine_key():
         return MeasuredTable()
     try:
-        return MeasuredTable.from_json(data.get("entries", []))
+        return MeasuredTable.from_json(data.get("entries", []), data.get("checked_threads", ()))
     except (ValueError, KeyError, TypeError):
         return MeasuredTable()  # a damaged cache is re-measured, never trusted
 
@@ -346,7 +527,10 @@ def save_cached(table: MeasuredTable, path: Path | None = None) -> Path:
     path = cache_path() if path is None else path
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"key": machine_key(), "entries": table.to_json()}, indent=1))
+    if table.contention:
+        raise ValueError(f"a table measured under contention is not cached: {table.contention}")
+    data = {"key": machine_key(), "checked_threads": list(table.checked_threads)}
+    tmp.write_text(json.dumps({**data, "entries": table.to_json()}, indent=1))
     tmp.replace(path)
     return path
 
@@ -359,29 +543,174 @@ def kernel_mode() -> str:
     return mode
 
 
+#: Tables measured under contention: used by this process, never cached (`prepare`).
+_PROCESS_ONLY = MeasuredTable()
+
+
 def prepare(
     shapes: Iterable[tuple[int, int]], dtype: torch.dtype, device: torch.device | str = "cpu"
 ) -> KernelTable:
     """Make the active table cover ``shapes`` in ``dtype``, as ``CASSPEC_KERNELS`` says.
 
     ``default``: nothing is measured (the active table is left as it is). ``auto``: the cached
-    table is installed and missing shapes are calibrated and cached. ``calibrate``: the shapes
-    are measured again. Only CPU tables are calibrated; other devices keep the defaults.
-    Returns the active table.
+    table is installed and missing shapes are calibrated (`measure`) and cached, unless the
+    timings show contention: then the table serves this process only and is measured again on
+    a later start. ``calibrate``: the shapes are measured again. Only CPU tables are calibrated;
+    other devices keep the defaults. The thread policy may switch counts during a run only if
+    the table covers the shapes and was checked at each count it switches between
+    (`casspec_ref.accel.threads.allow_switching`). Returns the active table.
     """
     mode = kernel_mode()
+    policy = threads.apply()
     if mode == "default" or torch.device(device).type != "cpu":
+        threads.allow_switching(False, "default matmul forms (not checked at each thread count)")
         return active_table()
     wanted = set(shapes)
-    cached = load_cached() if mode == "auto" else MeasuredTable()
-    missing = {(o, i) for o, i in wanted if (o, i, dtype) not in cached.shapes()}
+    table = load_cached() if mode == "auto" else MeasuredTable()
+    table.update(_process_only(wanted, dtype, table))
+    missing = {(o, i) for o, i in wanted if (o, i, dtype) not in table.shapes()}
     if missing:
-        cached.update(calibrate(missing, dtype))
-        merged = load_cached()  # keep entries other processes or dtypes cached meanwhile
-        merged.update(cached)
-        save_cached(merged)
-    active_table().forms.update(cached.forms)
+        measured = measure(missing, dtype, force=mode == "calibrate")
+        if measured is None:
+            pass  # the machine is busy: the default forms for the missing shapes, this time
+        elif measured.contention:
+            _PROCESS_ONLY.update(measured)
+        else:
+            merged = load_cached()  # keep entries other processes or dtypes cached meanwhile
+            merged.update(measured)
+            save_cached(merged)
+        if measured is not None:
+            table.update(measured)
+    active_table().forms.update(table.forms)
+    covered = all((o, i, dtype) in table.shapes() for o, i in wanted)
+    levels = sorted({1, policy.max_threads})
+    if not (covered and set(levels) <= set(table.checked_threads)):
+        threads.allow_switching(False, "the matmul forms were not checked at each thread count")
+    elif not attention_invariant(dtype, levels):
+        threads.allow_switching(False, f"attention rounds differently at {levels} threads here")
+    else:
+        threads.allow_switching(True, f"matmul forms and attention checked at {levels} threads")
     return active_table()
+
+
+def attention_invariant(dtype: torch.dtype, levels: Iterable[int]) -> bool:
+    """Whether `torch.nn.functional.scaled_dot_product_attention` gives the same bits at every
+    thread count of ``levels`` for decoding-sized queries (1, 4 and 16 new tokens of 3 grouped
+    heads, 64 wide, against 40 and 300 cached keys): on the CPU this was written on, a one-token
+    query splits its keys by team size and does not."""
+    levels = sorted(set(levels))
+    if len(levels) < 2:
+        return True
+    gen = torch.Generator().manual_seed(0)
+    previous = torch.get_num_threads()
+    try:
+        for rows in (1, 4, 16):
+            for past in (40, 300):
+                q = torch.randn(1, 3, 3 * rows, 64, generator=gen).to(dtype)
+                k, v = (torch.randn(1, 3, past + rows, 64, generator=gen).to(dtype) for _ in "kv")
+                outs = []
+                for n in levels:
+                    torch.set_num_threads(n)
+                    outs.append(torch.nn.functional.scaled_dot_product_attention(q, k, v))
+                if any(not torch.equal(outs[0], o) for o in outs[1:]):
+                    return False
+    finally:
+        torch.set_num_threads(previous)
+    return True
+
+
+def _process_only(
+    wanted: set[tuple[int, int]], dtype: torch.dtype, cached: MeasuredTable
+) -> MeasuredTable:
+    """This process's uncached measurements of the shapes ``cached`` lacks."""
+    out = MeasuredTable(checked_threads=_PROCESS_ONLY.checked_threads)
+    have = cached.shapes()
+    for key, form in _PROCESS_ONLY.forms.items():
+        if (key[0], key[1]) in wanted and key[:3] not in have:
+            out.forms[key] = form
+    return out
+
+
+def measure(
+    shapes: set[tuple[int, int]], dtype: torch.dtype, *, force: bool = False
+) -> MeasuredTable | None:
+    """Calibrate ``shapes`` at the thread policy's largest count, saying on stderr what is
+    measured and for about how long; None (nothing measured) when other processes keep more
+    than `BUSY_CORES` busy at start, unless ``force``. The table's ``contention`` lists why
+    its timings cannot be trusted (the repeated timings, and the load during the run)."""
+    policy = threads.apply()
+    load = threads.sample_load()
+    if load is not None and load.others > BUSY_CORES and not force:
+        print(
+            f"casspec_ref: other processes keep {load.others:.1f} of {load.cpus} cores busy: "
+            "the default matmul forms this time; this machine's table is measured on a quieter "
+            f"start (or now: python -m casspec_ref.accel.kernel_table --calibrate)",
+            file=sys.stderr,
+        )
+        return None
+    previous = torch.get_num_threads()
+    torch.set_num_threads(policy.max_threads)
+    try:
+        seconds = estimate_seconds(shapes, dtype)
+        print(
+            f"casspec_ref: measuring this machine's fastest exact matmul forms for "
+            f"{len(shapes)} weight shapes ({str(dtype).removeprefix('torch.')}, "
+            f"{policy.max_threads} thread(s)), about {seconds:.0f} s; done once per machine "
+            f"(cached in {cache_path().parent})",
+            file=sys.stderr,
+        )
+        start, before = time.perf_counter(), threads.read_cpu_times()
+        table = calibrate(shapes, dtype, thread_levels=(1, policy.max_threads))
+        after = threads.read_cpu_times()
+    finally:
+        torch.set_num_threads(previous)
+    others = None if before is None or after is None else threads.load_between(before, after)
+    if others is not None:  # the timings' own reasons are already there (`calibrate`)
+        table.contention += contention_reasons([], others.others)
+    done = f"casspec_ref: measured in {time.perf_counter() - start:.1f} s"
+    if table.contention:
+        done += f"; not cached ({'; '.join(table.contention)}): measured again on a later start"
+    print(done, file=sys.stderr)
+    return table
+
+
+def estimate_seconds(shapes: Iterable[tuple[int, int]], dtype: torch.dtype) -> float:
+    """Roughly how long `calibrate` takes for ``shapes``: its calls' weight bytes and flops, at
+    a memory bandwidth and arithmetic rate read from two short products here."""
+    stream = stream_bytes_default()
+    element = torch.tensor([], dtype=dtype).element_size()
+    n_forms = len(base_forms(dtype))
+    passes = 3 + 1  # `calibrate`'s default repeats and a warm-up; padding checks add a quarter
+    moved = flop = 0.0
+    for o, i in set(shapes):
+        size = o * i * element
+        sweep = max(size, min(1024 * size, stream))
+        moved += sweep * passes * n_forms * len(timed_rows()) * 1.25
+        for c in ROW_CLASSES:
+            if 2 * c * o * i <= CLASS_MAX_FLOP:
+                flop += max(2 * c * o * i, CLASS_SWEEP_FLOP) * 2 * n_forms  # 1 pass, warm-up
+    bandwidth, rate = _rates(dtype)
+    return 1.2 * (moved / bandwidth + flop / rate)
+
+
+def _rates(dtype: torch.dtype) -> tuple[float, float]:
+    """Bytes per second of a one-row product streaming weights from memory, and flops per
+    second of a 256-row product (each the faster of three calls)."""
+    gen = torch.Generator().manual_seed(0)
+    weights = [torch.randn(1024, 1024, generator=gen).to(dtype) for _ in range(32)]
+    x1 = torch.randn(1, 1024, generator=gen).to(dtype)
+    x256 = torch.randn(256, 1024, generator=gen).to(dtype)
+    best = [float("inf"), float("inf")]
+    for _ in range(3):
+        start = time.perf_counter()
+        for w in weights:
+            torch.nn.functional.linear(x1, w)
+        best[0] = min(best[0], time.perf_counter() - start)
+        start = time.perf_counter()
+        torch.nn.functional.linear(x256, weights[0])
+        best[1] = min(best[1], time.perf_counter() - start)
+    size = sum(w.numel() * w.element_size() for w in weights)
+    return size / max(best[0], 1e-9), 2 * 256 * 1024 * 1024 / max(best[1], 1e-9)
 
 
 def model_shapes(model: torch.nn.Module) -> set[tuple[int, int]]:
@@ -411,10 +740,11 @@ def main(argv: list[str] | None = None) -> int:
         kv = c.n_kv_heads * c.head_dim
         shapes = {(c.d_model, c.d_model), (kv, c.d_model), (c.d_ff, c.d_model)}
         shapes |= {(c.d_model, c.d_ff), (c.vocab_size, c.d_model)}
-        table = calibrate(shapes, dtype)
-        merged = load_cached()
-        merged.update(table)
-        save_cached(merged)
+        measured = measure(shapes, dtype, force=True)
+        if measured is not None and not measured.contention:
+            merged = load_cached()
+            merged.update(measured)
+            save_cached(merged)
     table = load_cached()
     print(f"machine: {machine_key()}")
     print(f"cache:   {cache_path()}")

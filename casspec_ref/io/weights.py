@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from casspec_ref.accel import kernel_table
+from casspec_ref.accel import kernel_table, threads
 from casspec_ref.config import ModelConfig
 from casspec_ref.io.gguf import GGUFFile
 from casspec_ref.io.presets import attach_preset_drafts
@@ -842,12 +842,16 @@ def load_model(
     :func:`check_checkpoint`). ``max_context`` lowers the context the model allocates for
     (``max_seq_len``), e.g. for a checkpoint declaring a context far beyond any use here.
 
-    On CPU it also makes sure the per-machine matmul table covers the model's weight shapes
-    (`casspec_ref.accel.kernel_table.prepare`: read from the cache, measured once per machine
-    otherwise; ``CASSPEC_KERNELS=default`` skips it).
+    It applies the thread policy first (`casspec_ref.accel.threads.apply`: the thread count
+    chosen from the cores other processes leave free). On CPU it makes sure the per-machine
+    matmul table covers the model's weight shapes (`casspec_ref.accel.kernel_table.prepare`:
+    read from the cache, measured once per machine otherwise, and not cached if measured under
+    load; ``CASSPEC_KERNELS=default`` skips it), and lets the policy follow the load during
+    decoding (`threads.watch`).
     """
     if path is not None and str(path) == "":
         raise FileNotFoundError("the model path is empty: give a GGUF file or an HF directory")
+    threads.apply()
     path = default_model_path() if path is None else Path(path)
     if path.is_dir():
         config, state = load_hf_dir(path, dtype, memory_budget, max_context)
@@ -867,7 +871,7 @@ def load_model(
             )
         model = build_model(config, state, dtype, device)
         attach_preset_drafts(model, path.name)
-        kernel_table.prepare(kernel_table.model_shapes(model), dtype, device)
+        _prepare(model, dtype, device)
         return model, tokenizer
     if not path.exists():
         raise FileNotFoundError(f"no model at {path} (expected a .gguf file or an HF directory)")
@@ -882,6 +886,12 @@ def load_model(
             raise ValueError(f"{path}: malformed tokenizer metadata ({err})") from None
     model = build_model(config, state, dtype, device)
     attach_preset_drafts(model, str(file.metadata.get("general.name", path.name)))
-    # The per-machine matmul table.
-    kernel_table.prepare(kernel_table.model_shapes(model), dtype, device)
+    _prepare(model, dtype, device)
     return model, tokenizer
+
+
+def _prepare(model: Transformer, dtype: torch.dtype, device: str | torch.device) -> None:
+    """The per-machine matmul table for ``model``'s shapes, then the thread policy's watch."""
+    kernel_table.prepare(kernel_table.model_shapes(model), dtype, device)
+    if torch.device(device).type == "cpu":
+        threads.watch(model)

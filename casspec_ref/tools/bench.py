@@ -668,6 +668,8 @@ def environment(device: str, dtype: str, command: str = "") -> dict[str, Any]:
     """What a reader needs to reproduce the figures: the command, machine, software, commit."""
     import torch
 
+    from casspec_ref.accel import threads
+
     try:
         commit = subprocess.run(
             ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
@@ -683,6 +685,7 @@ def environment(device: str, dtype: str, command: str = "") -> dict[str, Any]:
         "dtype": dtype,
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
+        "thread_policy": threads.apply().as_dict(),
         "python": platform.python_version(),
         "platform": platform.platform(),
         "git_commit": commit,
@@ -959,6 +962,9 @@ def main(argv: Sequence[str] | None = None, *, model: Any = None, tokenizer: Any
     if args.record and not Path(args.record).parent.is_dir():
         return _error(f"--record {args.record}: its folder does not exist")
 
+    from casspec_ref.accel import threads
+
+    load_start = threads.machine_load()  # before loading: the other processes only
     if model is None:
         from casspec_ref.io.weights import load_model
 
@@ -1085,8 +1091,14 @@ def main(argv: Sequence[str] | None = None, *, model: Any = None, tokenizer: Any
         for m in methods
         if getattr(runners[m], "policy", None) is not None
     }
+    load = threads.load_record(load_start, threads.machine_load())
+    if load["changed"]:
+        print(
+            "WARNING: the machine's load changed during the run (see environment.load)",
+            file=sys.stderr,
+        )
     result = {
-        "environment": environment(args.device, args.dtype, command_line(argv)),
+        "environment": {**environment(args.device, args.dtype, command_line(argv)), "load": load},
         "settings": settings,
         "records": rows,
         "divergences": divergences,

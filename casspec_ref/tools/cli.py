@@ -160,6 +160,7 @@ def _generate(args: argparse.Namespace) -> int:
     if device_problem:
         return _fail(device_problem)
 
+    from casspec_ref.accel import threads
     from casspec_ref.base.input_checks import validate_sampling
     from casspec_ref.generate import generate_ar
     from casspec_ref.io.weights import load_model
@@ -246,6 +247,7 @@ def _generate(args: argparse.Namespace) -> int:
             "stopped": result.stopped,
             "timing": {**result.timing, "wall_s": wall, "tokens_per_s": tokens_per_s},
             "stats": stats,
+            "threads": threads.apply().as_dict(),
         }
         print(json.dumps(out, default=float))
         return 0

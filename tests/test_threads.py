@@ -1,0 +1,177 @@
+"""The thread policy's decisions, from synthetic observations: nothing here is timed.
+
+The load is read from procfs text (`parse_cpu_times`), turned into the other processes' cores
+(`load_between`), and decided on (`choose_threads`, `Monitor`); each step is fed made-up
+counters, so every decision is checked exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+from casspec_ref.accel import threads
+from casspec_ref.accel.threads import CpuTimes, JumpDetector, Load, Monitor, Policy
+
+STAT = """cpu  100 5 20 300 10 1 2 3 0 0
+cpu0 50 2 10 150 5 0 1 1 0 0
+cpu1 50 3 10 150 5 1 1 2 0 0
+intr 12345
+"""
+# A command name with a space and parentheses: fields are counted from the last ')'.
+SELF_STAT = "4242 (py (x) y) R 1 2 3 4 5 6 7 8 9 10 40 7 0 0 20 0 1 0"
+
+
+@pytest.fixture(autouse=True)
+def fresh_policy(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    previous = torch.get_num_threads()
+    monkeypatch.setattr(threads, "_POLICY", None)
+    yield
+    torch.set_num_threads(previous)
+
+
+def times(wall: float, busy: float, own: float, cpus: int = 2) -> CpuTimes:
+    """Counters at ``wall`` seconds with 100 ticks per CPU-second."""
+    return CpuTimes(wall, busy, 100 * cpus * wall, own, cpus)
+
+
+def test_counters_are_read_from_procfs_text() -> None:
+    t = threads.parse_cpu_times(STAT, SELF_STAT, wall=5.0)
+    # busy = user+nice+system+irq+softirq+steal = 100+5+20+1+2+3; idle+iowait = 310
+    assert (t.busy, t.total, t.own, t.cpus, t.wall) == (131.0, 441.0, 47.0, 2, 5.0)
+    with pytest.raises(ValueError, match="not a /proc/stat"):
+        threads.parse_cpu_times("intr 1 2 3\n", SELF_STAT, wall=0.0)
+
+
+def test_the_load_is_the_other_processes_cpu_time() -> None:
+    # Over 1 s on 2 CPUs (200 ticks): 150 busy, 100 of them ours: the others used 0.5 core.
+    load = threads.load_between(times(0.0, 0, 0), times(1.0, 150, 100))
+    assert (load.cpus, load.others, load.free, load.window_s) == (2, 0.5, 1.5, 1.0)
+    # Our own spinning never counts as load, and a zero-length window reads as no load.
+    assert threads.load_between(times(0.0, 0, 0), times(1.0, 200, 200)).others == 0.0
+    assert threads.load_between(times(1.0, 5, 5), times(1.0, 5, 5)).others == 0.0
+
+
+@pytest.mark.parametrize(
+    ("others", "current", "expected"),
+    [
+        (0.0, None, 2),  # quiet start: every thread
+        (0.45, None, 2),  # a light background load: still 1.55 cores free
+        (0.6, None, 1),  # a busy core: one thread
+        (0.6, 2, 1),
+        (0.3, 1, 1),  # from one thread, all come back only with 1.8 cores free ...
+        (0.15, 1, 2),  # ... here
+        (1.0, 2, 1),
+    ],
+)
+def test_choose_threads_with_a_gap_between_going_down_and_up(
+    others: float, current: int | None, expected: int
+) -> None:
+    assert threads.choose_threads(Load(2, others, 0.5), 2, current) == expected
+
+
+def test_choose_threads_without_a_reading_or_a_team() -> None:
+    assert threads.choose_threads(None, 4) == 4
+    assert threads.choose_threads(None, 4, current=1) == 1
+    assert threads.choose_threads(Load(8, 0.0, 1.0), 1) == 1  # nothing to choose
+    assert threads.choose_threads(Load(8, 4.0, 1.0), 4) == 4  # 4 cores free for 4 threads
+    assert threads.choose_threads(Load(8, 4.6, 1.0), 4) == 1
+
+
+def test_jump_detector_compares_a_rolling_median_with_the_best_seen() -> None:
+    d = JumpDetector(factor=2.5, window=3)
+    assert [d.observe("a", s) for s in (1.0, 1.1, 0.9, 1.0, 1.2)] == [False] * 5
+    assert d.observe("a", 3.0) is False  # one slow forward: the median holds
+    assert d.observe("a", 3.0) is True  # two of three: the median jumped (3.0 > 2.5 x 1.0)
+    assert d.observe("b", 3.0) is False  # another kind of forward has its own baseline
+    d.reset()
+    assert [d.observe("a", 3.0) for _ in range(4)] == [False] * 4  # 3.0 is the new normal
+    with pytest.raises(ValueError, match="factor"):
+        JumpDetector(factor=1.0)
+
+
+def policy(threads_now: int = 2, switching: bool = True) -> Policy:
+    return Policy("auto", threads_now, 2, "OpenMP default", switching=switching)
+
+
+def test_monitor_drops_to_one_thread_when_another_process_takes_a_core() -> None:
+    # Readings: start, then after 0.6 s a competitor used a full core beside our 1 core.
+    feed = iter([times(0.0, 0, 0), times(0.6, 120, 60)])
+    m = Monitor(policy(), read=lambda: next(feed))
+    assert m.observe(1, 0.03) == 1
+    assert m.policy.threads == 1 and [n for _, n in m.policy.switches] == [1]
+
+
+def test_monitor_waits_for_its_interval_unless_forward_times_jump() -> None:
+    feed = iter([times(0.0, 0, 0), times(0.1, 20, 10), times(0.2, 40, 20)])
+    m = Monitor(policy(), read=lambda: next(feed), detector=JumpDetector(2.0, 1), every_s=0.5)
+    assert m.observe(1, 0.03) is None  # 0.1 s after the last reading, no jump: nothing read
+    assert m.observe(1, 0.30) == 1  # a jump: the load is read at once (0.5 core of others)
+
+
+def test_monitor_comes_back_to_every_thread_after_two_quiet_readings() -> None:
+    feed = iter([times(0.0, 0, 0), times(1.0, 102, 100), times(2.0, 204, 200)])
+    m = Monitor(policy(threads_now=1), read=lambda: next(feed))
+    assert m.observe(1, 0.03) is None  # one quiet reading is not enough ...
+    assert m.observe(1, 0.03) == 2  # ... the second brings the team back
+    assert m.policy.threads == 2
+
+
+def test_monitor_holds_the_count_when_switching_is_not_allowed() -> None:
+    feed = iter([times(0.0, 0, 0), times(1.0, 200, 50)])
+    m = Monitor(policy(switching=False), read=lambda: next(feed))
+    assert m.observe(1, 10.0) is None and m.policy.threads == 2
+    assert m.policy.most_others_seen == 1.5  # the load is still read and reported
+
+
+def test_large_forwards_always_run_on_every_thread_when_switching() -> None:
+    p = policy(threads_now=1)
+    assert [threads.threads_for(r, p) for r in (1, 16, 17, 500)] == [1, 1, 2, 2]
+    held = policy(threads_now=1, switching=False)
+    assert [threads.threads_for(r, held) for r in (1, 500)] == [1, 1]
+
+
+def test_an_explicit_omp_num_threads_wins(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    monkeypatch.setattr(threads, "sample_load", lambda: pytest.fail("no load is read"))
+    p = threads.apply()
+    assert (p.mode, p.threads, p.max_threads) == ("user", torch.get_num_threads(), p.threads)
+    assert p.wait_policy == "OMP_WAIT_POLICY=PASSIVE"
+    threads.allow_switching(True, "checked")
+    assert p.switching is False and "user" in p.switching_note
+    assert threads.apply() is p  # chosen once per process
+
+
+def test_auto_mode_chooses_from_the_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv(threads.ENV_VAR, raising=False)
+    torch.set_num_threads(2)
+    monkeypatch.setattr(threads, "sample_load", lambda: Load(2, 0.9, 0.1))
+    p = threads.apply()
+    assert (p.mode, p.threads, p.max_threads, p.start_others) == ("auto", 1, 2, 0.9)
+    assert torch.get_num_threads() == 1
+    assert set(p.as_dict()) >= {"mode", "threads", "max_threads", "wait_policy", "switches"}
+
+
+def test_fixed_and_inherited_settings_and_a_bad_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setenv(threads.ENV_VAR, "1")
+    assert (threads.apply().mode, torch.get_num_threads()) == ("fixed", 1)
+    monkeypatch.setattr(threads, "_POLICY", None)
+    monkeypatch.setenv(threads.ENV_VAR, "inherit")
+    assert threads.apply().mode == "inherit"
+    monkeypatch.setattr(threads, "_POLICY", None)
+    monkeypatch.setenv(threads.ENV_VAR, "many")
+    with pytest.raises(ValueError, match="CASSPEC_THREADS='many': allowed are auto, inherit"):
+        threads.apply()
+
+
+def test_a_run_whose_load_changed_is_flagged() -> None:
+    quiet = {"others_cores": 0.1, "cpus": 2, "loadavg_1m": 0.2}
+    busy = {"others_cores": 1.0, "cpus": 2, "loadavg_1m": 1.5}
+    assert threads.load_record(quiet, busy)["changed"] is True
+    assert threads.load_record(quiet, dict(quiet, others_cores=0.5))["changed"] is False
+    assert threads.load_record(None, busy) == {"start": None, "end": busy, "changed": None}
