@@ -199,8 +199,10 @@ def do_replay(args: argparse.Namespace) -> None:
     if args.orders > 1:
         print(f"DyTC in {args.orders} question orders (as recorded, then shuffled), overall:")
         for name, speedups in orders.items():
-            print(f"  {name:32s} median {statistics.median(speedups):.3f}, "
-                  f"range {min(speedups):.3f}-{max(speedups):.3f}")  # fmt: skip
+            print(
+                f"  {name:32s} median {statistics.median(speedups):.3f}, "
+                f"range {min(speedups):.3f}-{max(speedups):.3f}"
+            )
 
 
 def main() -> None:
@@ -219,9 +221,11 @@ def main() -> None:
     rep.add_argument("--draft-overhead", type=float, default=1e-3, help="seconds per draft call")
     rep.add_argument("--step-overhead", type=float, default=3e-3, help="seconds per step")
     rep.add_argument(
-        "--orders", type=int, default=1,
+        "--orders",
+        type=int,
+        default=1,
         help="replay DyTC in this many question orders (the recorded one, then seeded shuffles)",
-    )  # fmt: skip
+    )
     args = parser.parse_args()
     {"record": do_record, "recost": do_recost, "replay": do_replay}[args.command](args)
 

@@ -15,7 +15,8 @@ from casspec_ref.config import tiny_llama
 from casspec_ref.draft import DraftSampling, StepDrafter
 from casspec_ref.dsia.prompt_lookup import PromptLookup
 from casspec_ref.dsia.virtual_draft import DraftRunner
-from casspec_ref.dytc import outcome_name
+from casspec_ref.dytc import PLD, RECYCLE, DyTCConfig, Outcome
+from casspec_ref.dytc_refinements import outcome
 from casspec_ref.kv_cache import KVCache
 from casspec_ref.model import Transformer
 from casspec_ref.plan import ExecutionPlan
@@ -202,9 +203,12 @@ def test_dytc_learns_a_lookup_chain_continuing_apart_from_its_first_token() -> N
     schedule = SCHEDULES["cas-spec"](ScheduleSpec(list(LEVELS), model.config.n_layers))
     policy = schedule.policy
     schedule.observe(drafter, [first, second], 0.01)  # the third lookup token is rejected
-    assert (policy.alpha["pld"].count, policy.alpha["pld"]._sum) == (1, 1.0)
-    assert (policy.alpha["pld+"].count, policy.alpha["pld+"]._sum) == (2, 1.0)
-    assert policy.alpha["skip"].count == 1 and policy.alpha["recycle+"].count == 0
+    assert (policy.alpha[PLD].count, policy.alpha[PLD].accepted) == (1, 1.0)
+    assert (
+        policy.estimate(Outcome(PLD, "next")).count,
+        policy.estimate(Outcome(PLD, "next")).accepted,
+    ) == (2, 1.0)
+    assert policy.alpha["skip"].count == 1 and policy.estimate(Outcome(RECYCLE, "next")).count == 0
 
 
 def test_dytc_learns_a_lookups_first_token_by_its_match_length() -> None:
@@ -217,24 +221,32 @@ def test_dytc_learns_a_lookups_first_token_by_its_match_length() -> None:
     schedule = SCHEDULES["cas-spec"](ScheduleSpec(list(LEVELS), model.config.n_layers))
     policy = schedule.policy
     schedule.observe(drafter, [first, second], 0.01)  # the third lookup token is rejected
-    assert (policy.alpha["pld#2"].count, policy.alpha["pld#2"]._sum) == (1, 1.0)
-    assert (policy.alpha["pld"].count, policy.alpha["pld+"].count) == (1, 2)
-    assert policy.alpha["pld#1"].count == policy.alpha["pld#3"].count == 0
+    assert (
+        policy.estimate(Outcome(PLD, "match", 2)).count,
+        policy.estimate(Outcome(PLD, "match", 2)).accepted,
+    ) == (1, 1.0)
+    assert (policy.alpha[PLD].count, policy.estimate(Outcome(PLD, "next")).count) == (1, 2)
+    assert (
+        policy.estimate(Outcome(PLD, "match", 1)).count
+        == policy.estimate(Outcome(PLD, "match", 3)).count
+        == 0
+    )
 
 
 def test_dytc_learns_a_model_drafted_token_by_its_margin() -> None:
     """A model chain DyTC drafted teaches each token's margin bin (the drafter's margin, binned
-    by `outcome_name`) and the draft's pooled estimate; a sibling teaches neither."""
+    by `outcome`) and the draft's pooled estimate; a sibling teaches neither."""
     model = _model()
     drafter, _ = _drafter(model, DraftSampling())
     grown = drafter.expand(0, "skip", 2, 2)  # a chain of 2 and one sibling of its first token
     (first, _, _), (second, _, _), (sibling, _, _) = grown
-    names = [outcome_name("skip", "x", 0, drafter.margin(n)) for n in (first, second)]
-    assert drafter.margin(sibling) is None and all(n.startswith("skip@") for n in names)
+    names = [outcome(DyTCConfig(), "skip", "x", 0, drafter.margin(n)) for n in (first, second)]
+    assert drafter.margin(sibling) is None
+    assert all(n.draft == "skip" and n.kind == "margin" for n in names)
     schedule = SCHEDULES["cas-spec"](ScheduleSpec(list(LEVELS), model.config.n_layers))
     policy = schedule.policy
     schedule.observe(drafter, [first], 0.01)  # the second chain token is rejected
-    bins = {name: e.count for name, e in policy.alpha.items() if "@" in name and e.count}
+    bins = {key: e.count for key, e in policy.refined.items() if key.kind == "margin" and e.count}
     assert bins == dict(Counter(names))
-    assert policy.alpha["skip"].count == 2 and policy.alpha["skip"]._sum == 1.0
+    assert policy.alpha["skip"].count == 2 and policy.alpha["skip"].accepted == 1.0
     assert policy.margins_known("skip") and not policy.margins_known("exit")
