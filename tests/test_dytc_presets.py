@@ -7,8 +7,8 @@ policy alone, method ``cas-spec:paper``).
 - Both presets are lossless: the exact law of the loop equals plain sampling's on the tiny
   models (the loop-law machinery of tests/test_loop_laws.py, run with the paper's config), and
   greedy decoding equals `generate_ar` token for token.
-- The default makes the decisions it made before the policy was split into the paper's core and
-  its refinements: a digest of the simulator's runs is pinned.
+- The default's decisions are pinned: a digest of seeded simulator runs, so that a change to the
+  paper's core or to a refinement that moves any decision of the default shows.
 """
 
 from __future__ import annotations
@@ -225,6 +225,18 @@ def test_the_default_makes_the_pinned_decisions(
     drafter: type[SimDrafter], pinned: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Tokens per second and every tree size of 8 seeded simulator runs (four cost curves, two
-    seeds, 300 steps): any change to a decision or an estimate of the default moves the digest.
-    The pinned values were computed with the single-module policy this split replaced."""
+    seeds, 300 steps): any change to a decision or an estimate of the default moves the digest,
+    which is then re-pinned only on purpose."""
     assert _decisions_digest(drafter, monkeypatch) == pinned
+
+
+# ------------------------------------------------------------------ the method name in the tools
+def test_the_bench_and_the_cli_know_the_paper_method(capsys: pytest.CaptureFixture[str]) -> None:
+    from casspec_ref.tools import bench
+    from casspec_ref.tools.cli import main
+
+    assert bench.parse_method("cas-spec:paper", METHODS) == ("cas-spec:paper", None)
+    with pytest.raises(ValueError, match="unknown method 'cas-spec:best'"):
+        bench.parse_method("cas-spec:best", METHODS)
+    assert main(["generate", "hi", "--method", "pld", "--dytc", "paper"]) == 2
+    assert "--dytc paper applies to --method cas-spec, not 'pld'" in capsys.readouterr().err
