@@ -300,8 +300,8 @@ def test_policy_prefers_the_near_free_prompt_lookup() -> None:
 
 
 def test_a_lookups_first_token_is_learned_by_its_match_length() -> None:
-    """The estimate names, by hand; an outcome of ``pld#2`` teaches ``pld#2`` and the pooled
-    ``pld`` (both then count as tested, so neither relaxes), nothing else."""
+    """The outcome keys, by hand; a lookup's outcome after a 1-token match teaches that bin's
+    estimate and the pooled ``pld`` (both then count as tested, neither relaxes), nothing else."""
     assert _outcome(PLD, "l1", 2) == Outcome(PLD, "match", 2) and _outcome(
         PLD, "root", 7
     ) == Outcome(PLD, "match", 3)
@@ -358,7 +358,7 @@ def test_the_match_length_decides_whether_a_lookup_pays() -> None:
 
 def test_a_model_drafts_token_is_learned_by_its_margin() -> None:
     """Margins fall in bins at 0.02, 0.05, 0.1 and 0.2 (an edge opens the bin above); a free
-    draft has no margin bin; an ``l1@3`` outcome teaches ``l1@3`` and the pooled ``l1``."""
+    draft has no margin bin; an outcome in bin 3 teaches that bin's estimate and the pooled one."""
     names = [_outcome("l1", "root", 0, m) for m in (-0.3, 0.0, 0.02, 0.07, 0.1, 0.5, 1.0)]
     assert names == [
         Outcome("l1", "margin", 0),
@@ -533,9 +533,10 @@ def test_an_estimate_stuck_below_its_long_run_mean_relaxes_up_to_it() -> None:
 def test_a_costly_good_draft_returns_after_a_bad_stretch() -> None:
     """A lock-out: a draft that pays only above an estimate of ~0.8 (c = 0.7) had a bad stretch
     that left its estimate above the prior (0.6) but below where it pays. Relaxed only up to its
-    prior, it would stay there (only a timing re-probe every `explore_horizon` steps gives it one
-    outcome: it drafts in 6 of these 600 steps); relaxing toward its long-run mean brings it back. How soon varies with the path (the short chains drafted here
-    flush the outcome window slowly): in 67-161 of each seed's last 200 steps (seeds 7-12)."""
+    prior, it would stay there (only a timing re-probe every `explore_horizon` steps gives it
+    one outcome: it drafts in 6 of these 600 steps); relaxing toward its long-run mean brings it
+    back. How soon varies with the path (the short chains drafted here flush the outcome window
+    slowly): in 67-161 of each seed's last 200 steps (seeds 7-12)."""
     drafting = 0
     for seed in (7, 8, 9):
         world = World(CURVES["linear"], {"good": 0.93}, {"good": 0.7 * 0.040}, noise=0.0)
@@ -628,7 +629,8 @@ def test_a_free_draft_chain_is_estimated_with_its_continuing_alpha() -> None:
 
 
 def test_a_grown_lookup_chain_carries_both_rates() -> None:
-    """The tree DyTC grows from a lookup: its first node at `pld`, the nodes below at `pld+`."""
+    """The tree DyTC grows from a lookup: its first node at `pld`, the nodes below at the
+    lookup's continuation rate."""
     policy = _timed_policy(draft_seconds=0.020, alpha=0.6)
     policy.alpha[PLD].alpha, policy.estimate(Outcome(PLD, "next")).alpha = 0.3, 0.8
     world = World(
@@ -710,11 +712,12 @@ def test_simulator_dytc_near_the_best_fixed_schedule_in_hindsight(curve: str) ->
     ids=["bundled prompts", "held-out prompts"],
 )
 def test_simulator_dytc_keeps_up_on_the_packed_kernel_curve(good: float, lookup: float) -> None:
-    """A world measured on a 2-core EPYC with the packed products: a verify forward over 8 tokens costs ~1.3x one token's, over 16 ~1.5x, past 16
-    (no table entry) over 3x; the int8 draft costs c ~0.55 and is accepted 0.94 (bundled) or
-    0.83 (held-out) of the time, lookup's first token 0.26-0.28 and a continuation 0.66. Here a
-    chain of the int8 draft (bundled) or lookup at k = 5 (held-out) is the best fixed schedule;
-    DyTC reached 0.995-1.069 of it over two seeds, and must stay within 3%."""
+    """A world measured on a 2-core EPYC with the packed products: a verify forward over 8
+    tokens costs ~1.3x one token's, over 16 ~1.5x, past 16 (no table entry) over 3x; the int8
+    draft costs c ~0.55 and is accepted 0.94 (bundled) or 0.83 (held-out) of the time, lookup's
+    first token 0.26-0.28 and a continuation 0.66. Here a chain of the int8 draft (bundled) or
+    lookup at k = 5 (held-out) is the best fixed schedule; DyTC reached 0.995-1.069 of it over
+    two seeds, and must stay within 3%."""
     curve = {
         1: 0.0201,
         2: 0.0208,

@@ -160,7 +160,7 @@ def test_a_lookup_expansion_pays_one_lookup_whatever_its_length() -> None:
 
 def test_a_lookup_below_a_lookup_continues_its_chain() -> None:
     """Below a node lookup drafted, a lookup's first token continues lookup's chain: it is
-    valued with ``pld+`` (0.9 here), not with the estimate of a fresh lookup (0.1)."""
+    valued with its continuation rate (0.9 here), not with the estimate of a fresh lookup (0.1)."""
     policy = _policy(_linear(), ema_weight=1.0, window=10)
     outcomes = [(Outcome(PLD, "next"), i > 0) for i in range(10)]
     outcomes += [(Outcome(PLD), i == 0) for i in range(10)]
@@ -233,7 +233,7 @@ def test_siblings_fill_a_tree_only_up_to_its_size() -> None:
 
 def test_recycled_siblings_below_a_recycled_node_use_the_continuing_estimate() -> None:
     """Below a node recycled tokens drafted, their next token continues their own chain: its
-    siblings are valued with ``recycle+`` (0.9 here), not ``recycle`` (0.1)."""
+    siblings are valued with their continuation rate (0.9 here), not ``recycle`` (0.1)."""
     policy = _policy(_linear(), prior_alpha=0.7, ema_weight=1.0, window=10)
     outcomes = [(Outcome(RECYCLE, "next"), i > 0) for i in range(10)]
     outcomes += [(Outcome(RECYCLE), i == 0) for i in range(10)]

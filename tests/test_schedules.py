@@ -194,8 +194,8 @@ def test_option_and_method_errors() -> None:
 
 def test_dytc_learns_a_lookup_chain_continuing_apart_from_its_first_token() -> None:
     """Prompt lookup's first token is a guess, the next ones extend a match: a verified chain
-    teaches `pld` by its first node and `pld+` by the nodes below it; a model draft's chain
-    teaches its one estimate."""
+    teaches `pld` by its first node and its continuation rate by the nodes below it; a model
+    draft's chain teaches its one estimate."""
     model = _model()
     drafter, _ = _drafter(model, DraftSampling())
     first, second, third = drafter.add_chain(0, [3, 5, 7], "pld")
@@ -212,8 +212,9 @@ def test_dytc_learns_a_lookup_chain_continuing_apart_from_its_first_token() -> N
 
 
 def test_dytc_learns_a_lookups_first_token_by_its_match_length() -> None:
-    """A lookup DyTC drafted (the context's suffix 3, 5 matched on 2 tokens) teaches ``pld#2``
-    and the pooled ``pld`` by its first node, ``pld+`` by the next ones."""
+    """A lookup DyTC drafted (the context's suffix 3, 5 matched on 2 tokens) teaches the
+    estimate of 2-token matches and the pooled ``pld`` by its first node, the continuation's by
+    the next ones."""
     model = _model()
     drafter, _ = _drafter(model, DraftSampling())
     assert drafter.offers(0, "pld") == 4 and drafter.match(0) == 2
