@@ -1,7 +1,7 @@
 """DyTC and the fixed schedules replayed on recorded acceptances (`casspec_ref.tools.replay`).
 
-Scope: a bench run is one noisy path of each adaptive policy; this script compares policies on
-the same recorded truth, with no timing noise. Three commands:
+Scope: a bench run is one path of each adaptive policy, timing noise included; this script
+compares policies on the same recorded truth, with no timing noise. Three commands:
 
 - ``record``: greedy answers of a prompt set's first turns (`generate_ar`), each draft level's
   and the target's top tokens along them, and this machine's costs (one target forward over

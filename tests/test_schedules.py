@@ -45,9 +45,16 @@ def _drafter(
     with torch.no_grad():
         model.forward(torch.tensor([CONTEXT[:-1]]), None, cache=cache)
     drafter = StepDrafter(
-        CONTEXT[-1], CONTEXT, DraftRunner(model, cache), PromptLookup(CONTEXT), LEVELS, sampling,
-        TorchRandomSource(seed), max_nodes=64, max_depth=16,
-    )  # fmt: skip
+        CONTEXT[-1],
+        CONTEXT,
+        DraftRunner(model, cache),
+        PromptLookup(CONTEXT),
+        LEVELS,
+        sampling,
+        TorchRandomSource(seed),
+        max_nodes=64,
+        max_depth=16,
+    )
     return drafter, cache
 
 
@@ -128,9 +135,16 @@ def test_pld_or_chain_takes_the_lookup_when_it_has_one_else_drafts_a_chain() -> 
     with torch.no_grad():
         model.forward(torch.tensor([context[:-1]]), None, cache=cache)
     drafter = StepDrafter(
-        context[-1], context, DraftRunner(model, cache), PromptLookup(context), LEVELS,
-        DraftSampling(), TorchRandomSource(0), max_nodes=64, max_depth=16,
-    )  # fmt: skip
+        context[-1],
+        context,
+        DraftRunner(model, cache),
+        PromptLookup(context),
+        LEVELS,
+        DraftSampling(),
+        TorchRandomSource(0),
+        max_nodes=64,
+        max_depth=16,
+    )
     SCHEDULES["pld-or-chain"](ScheduleSpec(list(LEVELS), 3, options=options)).build(drafter)
     assert drafter.tree.max_depth == 3 and len(drafter.tree) == 4  # a chain of chain_k
     assert {i.source for i in drafter.info[1:]} == {"skip"}  # the most accurate level
@@ -138,9 +152,16 @@ def test_pld_or_chain_takes_the_lookup_when_it_has_one_else_drafts_a_chain() -> 
 
 def test_pld_only_uses_no_model() -> None:
     drafter = StepDrafter(
-        CONTEXT[-1], CONTEXT, None, PromptLookup(CONTEXT), {}, DraftSampling(),
-        TorchRandomSource(0), max_nodes=64, max_depth=16,
-    )  # fmt: skip
+        CONTEXT[-1],
+        CONTEXT,
+        None,
+        PromptLookup(CONTEXT),
+        {},
+        DraftSampling(),
+        TorchRandomSource(0),
+        max_nodes=64,
+        max_depth=16,
+    )
     SCHEDULES["pld"](ScheduleSpec([], 3)).build(drafter)
     assert drafter.tree.tokens[1:] == PromptLookup(CONTEXT).propose(10)
 
@@ -166,9 +187,15 @@ def test_tree_never_depends_on_the_verifier_coins() -> None:
 
     model = _model()
     generate_speculative(
-        model, CONTEXT, 20, method="static-tree", temperature=1.0, rng=Recording(3),
-        drafts=tuple(LEVELS.values()), on_step=lambda t: events.append("step"),
-    )  # fmt: skip
+        model,
+        CONTEXT,
+        20,
+        method="static-tree",
+        temperature=1.0,
+        rng=Recording(3),
+        drafts=tuple(LEVELS.values()),
+        on_step=lambda t: events.append("step"),
+    )
     steps = " ".join(events).split("step")
     assert len(steps) > 3
     drafted = 0
