@@ -8,7 +8,6 @@ refinements `casspec_ref.dytc_refinements`; docs/method.md §4 sets one beside t
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -90,10 +89,6 @@ class DyTCConfig:
     def refinements(self) -> list[str]:
         """The names of the refinements switched on."""
         return [name for name in REFINEMENTS if getattr(self, name)]
-
-    def replace(self, **changes: Any) -> DyTCConfig:
-        """A copy with `changes` applied (checked like a new config)."""
-        return dataclasses.replace(self, **changes)
 
 
 class TreeDrafter(Protocol):
