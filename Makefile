@@ -115,6 +115,7 @@ mutation: setup
 MUTATION_DYTC_NAMES ?= "casspec_ref.dytc.x_best_k*" "casspec_ref.dytc.x_t_score*" \
 	"casspec_ref.dytc.xǁDyTCPolicyǁplan*" "casspec_ref.dytc.xǁDyTCPolicyǁ_score*" \
 	"casspec_ref.dytc.xǁDyTCPolicyǁ_width*" "casspec_ref.dytc.xǁDyTCPolicyǁverify_seconds*" \
-	"casspec_ref.dytc.xǁDyTCPolicyǁexploration_cost*"
+	"casspec_ref.dytc_refinements.xǁExplorationǁcost*" \
+	"casspec_ref.dytc_refinements.xǁExplorationǁverify_seconds*"
 mutation-dytc:
 	$(MAKE) mutation MUTATION_NAMES='$(MUTATION_DYTC_NAMES)'

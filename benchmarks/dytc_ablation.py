@@ -3,22 +3,23 @@ part of the policy costs.
 
 Scope: `python -m casspec_ref bench` reports speedups per Spec-Bench group; this script explains
 them. On the first turn of each question of a prompt set it runs, interleaved question by
-question in one process (so that a load change on a shared machine hits every variant alike):
+question in one process (so that a change of load hits every variant alike):
 
 - ``ar``: the naive loop (`generate_ar`), the baseline of every ratio;
 - ``pld:3``: prompt lookup proposing at most 3 tokens;
 - ``pld-or-chain``: prompt lookup's proposal when it has one, else a chain of the int8 draft (the
-  best fixed schedule on the 2-core CPU since stop 16);
+  best fixed schedule on the 2-core CPU);
 - ``cas-spec``: DyTC with the model's draft levels, prompt lookup and recycled tokens;
+- ``cas-spec:paper``: the same with the paper's policy alone (`DyTCConfig.paper()`);
 - ``dytc-free``: DyTC with prompt lookup and recycled tokens only (``drafts=()``);
-- any ``--variant NAME@FIELD=VALUE,...``: NAME (``cas-spec`` or ``dytc-free``) with those
-  `DyTCConfig` fields changed, e.g. ``dytc-free@explore_fraction=0.05``.
+- any ``--variant NAME@FIELD=VALUE,...``: NAME (``cas-spec``, ``cas-spec:paper`` or
+  ``dytc-free``) with those `DyTCConfig` fields changed, e.g. ``cas-spec@margin_bins=0``.
 
 Each DyTC variant keeps one policy across questions, as the bench does. Under greedy decoding
 every output must equal the naive loop's (checked). Per variant it prints tokens/s and the ratio
 to ``ar``, tokens per step, milliseconds per step (drafting, planning, verification), the tree
-sizes and, per draft, proposed and accepted nodes. Numbers and their reading: docs/benchmarks.md
-(stop 13). Run: ``OMP_NUM_THREADS=2 python benchmarks/dytc_ablation.py --questions heldout``.
+sizes and, per draft, proposed and accepted nodes.
+Run: ``OMP_NUM_THREADS=2 python benchmarks/dytc_ablation.py --questions heldout``.
 """
 
 from __future__ import annotations
@@ -37,22 +38,25 @@ SETS = {"bundled": "prompts", "heldout": "prompts_heldout"}
 
 
 def parse_variant(text: str) -> tuple[str, DyTCConfig]:
-    """``"dytc-free@explore_fraction=0.05,window=60"`` -> ("dytc-free", the config)."""
+    """``"dytc-free@explore_fraction=0.05,window=60"`` -> ("dytc-free", the config); the base
+    ``cas-spec:paper`` changes `DyTCConfig.paper()` (its runs use the ``cas-spec`` schedule)."""
     base, _, spec = text.partition("@")
-    if base not in ("cas-spec", "dytc-free"):
-        raise SystemExit(f"--variant {text!r}: the base must be cas-spec or dytc-free")
+    if base not in ("cas-spec", "cas-spec:paper", "dytc-free"):
+        raise SystemExit(f"--variant {text!r}: the base is cas-spec, cas-spec:paper or dytc-free")
     fields: dict[str, Any] = {}
     for item in filter(None, spec.split(",")):
         name, _, value = item.partition("=")
         fields[name] = float(value) if "." in value else int(value)
+    if base == "cas-spec:paper":
+        return "cas-spec", DyTCConfig.paper(**fields)
     return base, DyTCConfig(**fields)
 
 
 def make_runners(model: Any, variants: list[str]) -> dict[str, Runner]:
     """One bench runner per variant: (prompt ids, new tokens) -> (tokens, stats). ar, pld:3,
-    pld-or-chain and cas-spec are the bench's own; the DyTC variants keep one policy each across
-    questions."""
-    fixed = ("ar", "pld:3", "pld-or-chain", "cas-spec")
+    pld-or-chain, cas-spec and cas-spec:paper are the bench's own; the DyTC variants keep one
+    policy each across questions."""
+    fixed = ("ar", "pld:3", "pld-or-chain", "cas-spec", "cas-spec:paper")
     runners = {name: _make_runner(name, model, stop_ids=()) for name in fixed}
     levels = [plan.name for plan in default_drafts(model)]
     for name in ["dytc-free", *variants]:

@@ -1,7 +1,7 @@
 """DyTC and the fixed schedules replayed on recorded acceptances (`casspec_ref.tools.replay`).
 
-Scope: a bench run is one noisy path of each adaptive policy; this script compares policies on
-the same recorded truth, with no timing noise. Three commands:
+Scope: a bench run is one path of each adaptive policy, timing noise included; this script
+compares policies on the same recorded truth, with no timing noise. Three commands:
 
 - ``record``: greedy answers of a prompt set's first turns (`generate_ar`), each draft level's
   and the target's top tokens along them, and this machine's costs (one target forward over
@@ -15,14 +15,20 @@ the same recorded truth, with no timing noise. Three commands:
   overall and per group, beside the hindsight bound (`casspec_ref.tools.replay.hindsight`: the
   least time of any schedule of chains that knew the answer). The overheads decoding adds to the
   measured forwards are options (defaults: 1 ms per draft call, 3 ms per speculative step, read
-  off this machine's bench). DyTC carries one policy across the questions, so its figure is one
+  off the machine's bench). DyTC carries one policy across the questions, so its figure is one
   path of its estimates: ``--orders N`` replays it in N question orders (as recorded, then
   seeded shuffles) and prints the median and range of its overall speedup (the table shows the
   recorded order).
 
+DyTC runs as ``cas-spec`` (this reference's policy, `DyTCConfig()`) and ``cas-spec:paper`` (the
+paper's alone, `DyTCConfig.paper()`); a variant changes fields of either
+(``cas-spec:paper@margin_bins=1``). ``--refinements`` adds, for each refinement of
+`casspec_ref.dytc_config.REFINEMENTS` and the window, the default without it and the paper's
+policy with it alone: what each one is worth, with no timing noise.
+
 Run: ``OMP_NUM_THREADS=2 python benchmarks/dytc_replay.py record --questions heldout --out
-h.json`` (about 3 minutes), then ``python benchmarks/dytc_replay.py replay h.json`` (about 10
-seconds per DyTC variant). Numbers and their reading: docs/benchmarks.md (stops 16 and 17).
+h.json`` (about 3 minutes), then ``python benchmarks/dytc_replay.py replay h.json --refinements
+--orders 8`` (about 10 seconds per DyTC variant and order).
 """
 
 from __future__ import annotations
@@ -57,7 +63,7 @@ def measure_costs(
 ) -> dict[str, Any]:
     """Median seconds of a target forward over T = 1..32 tokens and of each level's one-token
     forward, after `cached` tokens: every size and level once per pass, `repeats` passes (a burst
-    of load on a shared machine then hits every size alike, not the few timed during it), after
+    of load then hits every size alike, not the few timed during it), after
     one untimed pass (one-time setup)."""
     from casspec_ref.kv_cache import KVCache
 
@@ -120,21 +126,34 @@ def do_recost(args: argparse.Namespace) -> None:
     print(f"wrote the costs of {args.record} ({data['costs']['measured']}): verify (ms) {ms}")
 
 
-def parse_variant(text: str) -> dict[str, float | int]:
-    """``"cas-spec@warmup=10,window=60"`` -> {"warmup": 10, "window": 60}."""
+def parse_variant(text: str) -> Any:
+    """``"cas-spec@warmup=10,window=60"`` -> `DyTCConfig(warmup=10, window=60)`; the base
+    ``cas-spec:paper`` changes `DyTCConfig.paper()` instead (a switch is 0 or 1)."""
+    from casspec_ref.dytc import DyTCConfig
+
     base, _, spec = text.partition("@")
-    if base != "cas-spec":
-        raise SystemExit(f"--variant {text!r}: the base must be cas-spec")
+    if base not in ("cas-spec", "cas-spec:paper"):
+        raise SystemExit(f"--variant {text!r}: the base must be cas-spec or cas-spec:paper")
     fields: dict[str, float | int] = {}
     for item in filter(None, spec.split(",")):
         name, _, value = item.partition("=")
         fields[name] = float(value) if "." in value else int(value)
-    return fields
+    return DyTCConfig.paper(**fields) if base == "cas-spec:paper" else DyTCConfig(**fields)
+
+
+def refinement_variants() -> list[str]:
+    """Each refinement taken out of the default, and put alone into the paper's policy."""
+    from casspec_ref.dytc import DyTCConfig
+    from casspec_ref.dytc_config import REFINEMENTS
+
+    best, paper = DyTCConfig().window, DyTCConfig.paper().window
+    out = [f"cas-spec@window={paper}", f"cas-spec:paper@window={best}"]
+    for name in REFINEMENTS:
+        out += [f"cas-spec@{name}=0", f"cas-spec:paper@{name}=1"]
+    return out
 
 
 def do_replay(args: argparse.Namespace) -> None:
-    from casspec_ref.dytc import DyTCConfig
-
     with open(args.record) as f:
         data = json.load(f)
     records = [Recorded(**r) for r in data["records"]]
@@ -160,11 +179,13 @@ def do_replay(args: argparse.Namespace) -> None:
             runs[f"{method}:{k}"] = replay(records, costs, baseline(method, k))
     ar_seconds = sum(runs["ar"].seconds.values())
     orders: dict[str, list[float]] = {}  # DyTC's overall speedup per question order
-    for name in ["cas-spec", *args.variant]:
-        fields = parse_variant(name) if "@" in name else {}
+    variants = ["cas-spec", "cas-spec:paper", *args.variant]
+    variants += refinement_variants() if args.refinements else []
+    for name in variants:
+        config = parse_variant(name if "@" in name else name + "@")
         orders[name] = []
         for i, order in enumerate(question_orders(records, args.orders)):
-            policy = DyTCPolicy(levels, DyTCConfig(**fields))  # type: ignore[arg-type]
+            policy = DyTCPolicy(levels, config)
             run = replay(order, costs, policy=policy)
             orders[name].append(ar_seconds / sum(run.seconds.values()))
             if i == 0:  # the recorded order: the table's row and the estimates printed
@@ -184,23 +205,25 @@ def do_replay(args: argparse.Namespace) -> None:
     print(
         f"\n{data['questions']}: {len(records)} first turns, replayed; speedup over the naive loop"
     )
-    print(f"{'method':34s} {'overall':>8s} " + " ".join(f"{g[:9]:>9s}" for g in groups))
+    print(f"{'method':36s} {'overall':>8s} " + " ".join(f"{g[:9]:>9s}" for g in groups))
     fixed = [n for n in runs if n != "ar" and not n.startswith("cas-spec")]
     best_fixed = min(fixed, key=lambda n: sum(runs[n].seconds.values()))
     for name, run in runs.items():
         overall = ar_seconds / sum(run.seconds.values())
         per = " ".join(f"{ar.seconds[g] / run.seconds[g]:9.3f}" for g in groups)
         mark = "  <- best fixed" if name == best_fixed else ""
-        print(f"{name:34s} {overall:8.3f} {per}{mark}")
+        print(f"{name:36s} {overall:8.3f} {per}{mark}")
     overall = ar_seconds / sum(bound.seconds.values())
     per = " ".join(f"{ar.seconds[g] / bound.seconds[g]:9.3f}" for g in groups)
-    print(f"{'hindsight (knows the answer)':34s} {overall:8.3f} {per}")
+    print(f"{'hindsight (knows the answer)':36s} {overall:8.3f} {per}")
     print(f"hindsight's steps by kind: {dict(sorted(kinds.items(), key=lambda kv: -kv[1]))}")
     if args.orders > 1:
         print(f"DyTC in {args.orders} question orders (as recorded, then shuffled), overall:")
         for name, speedups in orders.items():
-            print(f"  {name:32s} median {statistics.median(speedups):.3f}, "
-                  f"range {min(speedups):.3f}-{max(speedups):.3f}")  # fmt: skip
+            print(
+                f"  {name:34s} median {statistics.median(speedups):.3f}, "
+                f"range {min(speedups):.3f}-{max(speedups):.3f}"
+            )
 
 
 def main() -> None:
@@ -215,13 +238,22 @@ def main() -> None:
     rep = sub.add_parser("replay", help="replay the schedules on a record")
     rep.add_argument("record")
     rep.add_argument("--costs-from", default=None, help="a record whose costs to replay with")
-    rep.add_argument("--variant", action="append", default=[], help="cas-spec@FIELD=VALUE,...")
+    rep.add_argument(
+        "--variant", action="append", default=[], help="cas-spec[:paper]@FIELD=VALUE,..."
+    )
+    rep.add_argument(
+        "--refinements",
+        action="store_true",
+        help="also each refinement out of the default and alone in the paper's policy",
+    )
     rep.add_argument("--draft-overhead", type=float, default=1e-3, help="seconds per draft call")
     rep.add_argument("--step-overhead", type=float, default=3e-3, help="seconds per step")
     rep.add_argument(
-        "--orders", type=int, default=1,
+        "--orders",
+        type=int,
+        default=1,
         help="replay DyTC in this many question orders (the recorded one, then seeded shuffles)",
-    )  # fmt: skip
+    )
     args = parser.parse_args()
     {"record": do_record, "recost": do_recost, "replay": do_replay}[args.command](args)
 

@@ -115,12 +115,13 @@ def test_dytc_planning_time_per_decision(benchmark, tree_size: int) -> None:
     """One `DyTCPolicy.plan` decision on a chain of `tree_size` nodes, with trained estimates
     (two model levels, prompt lookup and recycled tokens): the policy's own cost, excluding
     draft forwards."""
-    from casspec_ref.dytc import PLD, RECYCLE, DyTCConfig, DyTCPolicy
+    from casspec_ref.dytc import PLD, RECYCLE, DyTCConfig, DyTCPolicy, Outcome
 
     policy = DyTCPolicy(["light", "heavy"], DyTCConfig(warmup=0))
     timings = {"light": (1, 0.020), "heavy": (1, 0.025), PLD: (1, 0.0001)}
     for size in (1, 2, 4, 8, 16, 32):
-        policy.observe_step([("light", True), ("heavy", False), (PLD, True)], size, 0.04, timings)
+        tested = [(Outcome("light"), True), (Outcome("heavy"), False), (Outcome(PLD), True)]
+        policy.observe_step(tested, size, 0.04, timings)
     estimates = {node: 0.9**node for node in range(tree_size)}
     drafts = ["light", "heavy", PLD, RECYCLE]
     benchmark(policy.plan, _ChainDrafter(tree_size), estimates, drafts)

@@ -200,7 +200,7 @@ class StepDrafter:
         return self._matched.get(node, 0)
 
     def margin(self, node: int) -> float | None:
-        """A chain-continuing model-drafted node's margin (`casspec_ref.dytc.outcome_name`),
+        """A chain-continuing model-drafted node's margin (`casspec_ref.dytc_refinements.outcome`),
         computed when first asked: only DyTC asks, so a fixed schedule pays nothing for it."""
         if node not in self._margins and node in self._law_of:
             confidence = self._laws[self._law_of[node]][1]  # (V,)

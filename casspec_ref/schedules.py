@@ -8,12 +8,14 @@ here; the paper's baselines (`casspec_ref.baselines`) register themselves in `SC
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from casspec_ref.base.dytc_checks import check_paper_config
 from casspec_ref.base.input_checks import check_policy_knows
 from casspec_ref.draft import StepDrafter
-from casspec_ref.dytc import PLD, RECYCLE, DyTCConfig, DyTCPolicy, max_cascade_depth, outcome_name
+from casspec_ref.dytc import PLD, RECYCLE, DyTCConfig, DyTCPolicy, Outcome
+from casspec_ref.dytc_refinements import max_cascade_depth, outcome
 
 
 @dataclass
@@ -77,15 +79,36 @@ class DyTC(Schedule):
         self.policy.grow(drafter, drafts)
 
     def observe(self, drafter: StepDrafter, accepted: Sequence[int], verify_seconds: float) -> None:
-        on_path, info, parent, d = {0, *accepted}, drafter.info, drafter.tree.parent, drafter
-        tested = [
-            (outcome_name(i.source, info[p].source, d.match(p), d.margin(n)), n in on_path)
-            for n, i in enumerate(info)
-            if n > 0 and i.primary and (p := parent(n)) in on_path
-        ]
+        """Each chain-continuing node whose parent was accepted was tested: its outcome teaches
+        the estimate it was valued by (a sibling is valued from its draft's confidence)."""
+        on_path = {0, *accepted}
+        tested: list[tuple[Outcome, bool]] = []
+        for node in range(1, len(drafter.info)):
+            parent = drafter.tree.parent(node)
+            if not drafter.info[node].primary or parent not in on_path:
+                continue
+            draft, parent_draft = drafter.info[node].source, drafter.info[parent].source
+            match, margin = drafter.match(parent), drafter.margin(node)
+            key = outcome(self.config, draft, parent_draft, match, margin)
+            tested.append((key, node in on_path))
         self.policy.observe_step(tested, len(drafter.tree), verify_seconds, drafter.charged)
+
+
+class PaperDyTC(DyTC):
+    """DyTC running the paper's policy alone (`DyTCConfig.paper()`): what it loses against
+    `cas-spec` is what this reference's refinements are worth. A config or policy passed in must
+    have every refinement off (`DyTCConfig.paper(...)` sets the other knobs)."""
+
+    name = "cas-spec:paper"
+
+    def __init__(self, spec: ScheduleSpec) -> None:
+        if spec.policy is None and spec.dytc == DyTCConfig():  # no config given: the preset
+            spec = replace(spec, dytc=DyTCConfig.paper())
+        config = spec.policy.config if spec.policy is not None else spec.dytc
+        check_paper_config(self.name, config.refinements())
+        super().__init__(spec)
 
 
 #: Method name -> schedule class: DyTC, and the baselines (`casspec_ref.baselines` adds them
 #: when `casspec_ref/__init__.py` imports it).
-SCHEDULES: dict[str, type[Schedule]] = {DyTC.name: DyTC}
+SCHEDULES: dict[str, type[Schedule]] = {DyTC.name: DyTC, PaperDyTC.name: PaperDyTC}

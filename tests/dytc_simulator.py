@@ -20,7 +20,8 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from casspec_ref.dytc import PLD, RECYCLE, DyTCConfig, DyTCPolicy, outcome_name
+from casspec_ref.dytc import PLD, RECYCLE, DyTCConfig, DyTCPolicy, Outcome
+from casspec_ref.dytc_refinements import outcome
 
 
 @dataclass(frozen=True)
@@ -168,18 +169,22 @@ class SimDrafter:
         return added
 
     # -- the synthetic verifier ----------------------------------------------------------------
-    def verify(self) -> tuple[list[tuple[str, bool]], int]:
-        """Walk the tree with the world's truth: (tested chain nodes, tokens committed)."""
-        tested: list[tuple[str, bool]] = []
+    def verify(self, config: DyTCConfig | None = None) -> tuple[list[tuple[Outcome, bool]], int]:
+        """Walk the tree with the world's truth: (tested chain nodes, each with the outcome DyTC
+        with `config` learns it by; tokens committed)."""
+        config = config if config is not None else DyTCConfig()
+        tested: list[tuple[Outcome, bool]] = []
         node, tokens = 0, 1
         while self.children[node]:
             nxt = None
             for child in self.children[node]:
                 draft, rank = self.draft[child], self.rank[child]
-                name = outcome_name(draft, self.draft[node])  # `node` is the parent
+                name = outcome(
+                    config, draft, self.draft[node], self.match(node), self.margin(child)
+                )
                 if rank > 0:
                     p = self.world.siblings[draft][rank - 1]
-                elif name != draft:  # a free draft extending its own chain
+                elif draft in (PLD, RECYCLE) and self.draft[node] == draft:  # extends its chain
                     p = self.world.alpha_next.get(draft, self.world.alpha[draft])
                 else:
                     p = self.world.alpha[draft]
@@ -195,9 +200,14 @@ class SimDrafter:
         return tested, tokens
 
 
-def run_dytc(world: World, steps: int, seed: int, config: DyTCConfig | None = None,
-             drafts: Sequence[str] = ("cheap", "good", PLD, RECYCLE),
-             policy: DyTCPolicy | None = None) -> tuple[float, DyTCPolicy, list[int]]:  # fmt: skip
+def run_dytc(
+    world: World,
+    steps: int,
+    seed: int,
+    config: DyTCConfig | None = None,
+    drafts: Sequence[str] = ("cheap", "good", PLD, RECYCLE),
+    policy: DyTCPolicy | None = None,
+) -> tuple[float, DyTCPolicy, list[int]]:
     """DyTC for `steps` steps: (tokens per second, the trained policy, tree sizes)."""
     rng = random.Random(seed)
     cfg = config if config is not None else DyTCConfig()
@@ -208,7 +218,7 @@ def run_dytc(world: World, steps: int, seed: int, config: DyTCConfig | None = No
     for _ in range(steps):
         drafter = SimDrafter(world, rng, cfg.max_tree_size, cfg.max_depth)
         policy.grow(drafter, drafts)
-        tested, committed = drafter.verify()
+        tested, committed = drafter.verify(cfg)
         verify = world.verify(drafter.size()) * (1 + world.noise * rng.uniform(-1, 1))
         timings = {d: (drafter.calls[d], drafter.draft_time[d]) for d in drafter.calls}
         policy.observe_step(tested, drafter.size(), verify, timings)

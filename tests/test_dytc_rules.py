@@ -20,6 +20,7 @@ from casspec_ref.dytc import (
     DyTCConfig,
     DyTCPolicy,
     Expansion,
+    Outcome,
     TreeEstimate,
     best_k,
     tree_ewif,
@@ -51,9 +52,12 @@ def _drafter(world: World, max_nodes: int = 32) -> SimDrafter:
 def _world(siblings: tuple[float, ...] = (), offer: dict[str, float] | None = None) -> World:
     """Draft "l1" (its alternatives' confidences: alpha 0.7, then `siblings`) and lookups."""
     return World(
-        lambda t: STEP, {"l1": 0.7, PLD: 0.5, RECYCLE: 0.3}, {"l1": 0.004, PLD: 0.0, RECYCLE: 0.0},
-        siblings={"l1": siblings, RECYCLE: siblings}, offer=offer or {},
-    )  # fmt: skip
+        lambda t: STEP,
+        {"l1": 0.7, PLD: 0.5, RECYCLE: 0.3},
+        {"l1": 0.004, PLD: 0.0, RECYCLE: 0.0},
+        siblings={"l1": siblings, RECYCLE: siblings},
+        offer=offer or {},
+    )
 
 
 # ------------------------------------------------------------------ T(S, k) caps a chain
@@ -143,7 +147,7 @@ def test_a_lookup_expansion_pays_one_lookup_whatever_its_length() -> None:
     assert policy.draft_seconds(PLD) == 0.020
     choice = policy.plan(_drafter(_world(offer={PLD: 1.0})), TreeEstimate(), [PLD])
     assert choice is not None and choice.draft == PLD
-    a, rest = policy.alpha[PLD].alpha, policy.alpha[PLD + "+"].alpha
+    a, rest = policy.alpha[PLD].alpha, policy.estimate(Outcome(PLD, "next")).alpha
 
     def ewif(k: int) -> float:
         tokens = 1.0 + a * (1.0 + sum(rest**i for i in range(1, k)))
@@ -156,11 +160,12 @@ def test_a_lookup_expansion_pays_one_lookup_whatever_its_length() -> None:
 
 def test_a_lookup_below_a_lookup_continues_its_chain() -> None:
     """Below a node lookup drafted, a lookup's first token continues lookup's chain: it is
-    valued with ``pld+`` (0.9 here), not with the estimate of a fresh lookup (0.1)."""
+    valued with its continuation rate (0.9 here), not with the estimate of a fresh lookup (0.1)."""
     policy = _policy(_linear(), ema_weight=1.0, window=10)
-    outcomes = [(PLD + "+", i > 0) for i in range(10)] + [(PLD, i == 0) for i in range(10)]
+    outcomes = [(Outcome(PLD, "next"), i > 0) for i in range(10)]
+    outcomes += [(Outcome(PLD), i == 0) for i in range(10)]
     policy.observe_step(outcomes, 1, STEP, {})
-    assert (policy.alpha[PLD + "+"].alpha, policy.alpha[PLD].alpha) == (0.9, 0.1)
+    assert (policy.estimate(Outcome(PLD, "next")).alpha, policy.alpha[PLD].alpha) == (0.9, 0.1)
     tree = TreeEstimate()
     tree.add(1, 0, 0.5, PLD)
     drafter = _drafter(_world(offer={PLD: 1.0}))
@@ -228,11 +233,15 @@ def test_siblings_fill_a_tree_only_up_to_its_size() -> None:
 
 def test_recycled_siblings_below_a_recycled_node_use_the_continuing_estimate() -> None:
     """Below a node recycled tokens drafted, their next token continues their own chain: its
-    siblings are valued with ``recycle+`` (0.9 here), not ``recycle`` (0.1)."""
+    siblings are valued with their continuation rate (0.9 here), not ``recycle`` (0.1)."""
     policy = _policy(_linear(), prior_alpha=0.7, ema_weight=1.0, window=10)
-    outcomes = [(RECYCLE + "+", i > 0) for i in range(10)] + [(RECYCLE, i == 0) for i in range(10)]
+    outcomes = [(Outcome(RECYCLE, "next"), i > 0) for i in range(10)]
+    outcomes += [(Outcome(RECYCLE), i == 0) for i in range(10)]
     policy.observe_step(outcomes, 1, STEP, {})
-    assert (policy.alpha[RECYCLE + "+"].alpha, policy.alpha[RECYCLE].alpha) == (0.9, 0.1)
+    assert (policy.estimate(Outcome(RECYCLE, "next")).alpha, policy.alpha[RECYCLE].alpha) == (
+        0.9,
+        0.1,
+    )
     tree = TreeEstimate()
     tree.add(1, 0, 0.5, RECYCLE)
     chain = 0.5 * 0.9  # reach of the leaf x the continuing estimate (a chain of one)
@@ -250,14 +259,22 @@ def test_only_a_stale_size_is_explored_and_one_the_budget_pays_exactly_is() -> N
     large the budget; a stale one is explored when its extra cost is at most the budget,
     equality included."""
     policy = _policy(_linear(), explore_horizon=4)
+    exploration = policy.exploration
+    assert exploration is not None
     policy.observe_step([], 5, 0.048, {})  # size 5 measured now
-    policy.explore_budget = 1.0
-    extra = policy.verify_cost.predict(5) - policy.verify_cost.floor()
-    assert not policy.verify_cost.stale(5) and extra > 0 and policy.exploration_cost(5) == 0.0
+    exploration.budget = 1.0
+    extra = policy.verify_cost.predict(5) - min(policy.verify_cost.seconds.values())
+    assert (
+        not policy.verify_cost.stale(5)
+        and extra > 0
+        and exploration.cost(policy.verify_cost, 5) == 0.0
+    )
     for _ in range(4):
         policy.observe_step([], 1, STEP, {"l1": (1, 0.004)})
     assert policy.verify_cost.stale(5)
-    policy.explore_budget = extra
-    assert policy.exploration_cost(5) == extra and policy.verify_seconds(5) == STEP
-    policy.explore_budget = extra * (1 - 1e-9)
-    assert policy.exploration_cost(5) == 0.0 and policy.verify_seconds(5) == pytest.approx(0.048)
+    exploration.budget = extra
+    assert exploration.cost(policy.verify_cost, 5) == extra and policy.verify_seconds(5) == STEP
+    exploration.budget = extra * (1 - 1e-9)
+    assert exploration.cost(policy.verify_cost, 5) == 0.0 and policy.verify_seconds(
+        5
+    ) == pytest.approx(0.048)

@@ -13,7 +13,7 @@ from casspec_ref.baselines import ScheduleOptions
 from casspec_ref.config import tiny_llama
 from casspec_ref.dsia.prompt_lookup import PromptLookup, PromptLookupConfig
 from casspec_ref.dsia.recycle import TokenRecycler
-from casspec_ref.dytc import PLD, RECYCLE, DyTCConfig, DyTCPolicy
+from casspec_ref.dytc import PLD, RECYCLE, DyTCConfig, DyTCPolicy, Outcome
 from casspec_ref.generate import generate_ar
 from casspec_ref.kv_cache import KVCache
 from casspec_ref.model import Transformer
@@ -124,11 +124,17 @@ def test_question_orders_start_with_the_recorded_one_then_seeded_shuffles() -> N
         question_orders(records, 0)
 
 
-def _drafter(rec: Recorded, committed: int, recycler: TokenRecycler | None = None,
-             max_nodes: int = 32, max_depth: int = 16) -> ReplayDrafter:  # fmt: skip
+def _drafter(
+    rec: Recorded,
+    committed: int,
+    recycler: TokenRecycler | None = None,
+    max_nodes: int = 32,
+    max_depth: int = 16,
+) -> ReplayDrafter:
     pld = PromptLookup([*rec.prompt, *rec.answer[:committed]])
-    return ReplayDrafter(rec, committed, pld, recycler or TokenRecycler(4), COSTS, max_nodes,
-                         max_depth)  # fmt: skip
+    return ReplayDrafter(
+        rec, committed, pld, recycler or TokenRecycler(4), COSTS, max_nodes, max_depth
+    )
 
 
 def test_replay_drafter_grows_a_level_chain_with_siblings_and_verifies_it() -> None:
@@ -145,11 +151,17 @@ def test_replay_drafter_grows_a_level_chain_with_siblings_and_verifies_it() -> N
     assert d.alternatives(4, "good", 2) == [0.9, 0.05]  # after node 4: a fourth forward
     assert d.charged["good"][0] == 4
     # Verified against the answer: the chain is accepted; the runner-up is never tested.
-    assert d.verify() == ([1, 3, 4], [("good@4", True)] * 3)  # margin 0.9 - 0.05: the top bin
+    assert d.verify() == (
+        [1, 3, 4],
+        [(Outcome("good", "margin", 4), True)] * 3,
+    )  # margin 0.9 - 0.05: the top bin
     # The bad level: one rejected chain node, tested once; nothing accepted.
     bad = _drafter(_recorded([1, 2, 3]), committed=2)
     bad.expand(0, "bad", 2, 1)
-    assert bad.tokens == [11, 999, 999] and bad.verify() == ([], [("bad@4", False)])
+    assert bad.tokens == [11, 999, 999] and bad.verify() == (
+        [],
+        [(Outcome("bad", "margin", 4), False)],
+    )
 
 
 def test_replay_drafter_lookup_and_recycled_chains() -> None:
@@ -158,10 +170,21 @@ def test_replay_drafter_lookup_and_recycled_chains() -> None:
     assert d.offers(0, PLD) == 5  # the context after the match: 11, 12, 13, 99, 10
     grown = d.expand(0, PLD, 4, 3)  # a lookup is one chain, whatever the width
     assert d.tokens[1:] == [11, 12, 13, 99]
-    assert [(parent, conf) for _, parent, conf in grown] == [(0, None), (1, None), (2, None),
-                                                               (3, None)]  # fmt: skip
-    assert d.verify() == ([1, 2, 3], [(PLD + "#1", True), (PLD + "+", True), (PLD + "+", True),
-                                      (PLD + "+", False)])  # fmt: skip
+    assert [(parent, conf) for _, parent, conf in grown] == [
+        (0, None),
+        (1, None),
+        (2, None),
+        (3, None),
+    ]
+    assert d.verify() == (
+        [1, 2, 3],
+        [
+            (Outcome(PLD, "match", 1), True),
+            (Outcome(PLD, "next"), True),
+            (Outcome(PLD, "next"), True),
+            (Outcome(PLD, "next"), False),
+        ],
+    )
     recycler = TokenRecycler(4)
     recycler.successors = {10: ([11, 7], [0.6, 0.3]), 11: ([12], [0.8]), 12: ([98], [0.5])}
     r = _drafter(rec, committed=1, recycler=recycler)
@@ -170,7 +193,14 @@ def test_replay_drafter_lookup_and_recycled_chains() -> None:
     assert r.tokens == [10, 11, 7, 12, 98]  # the root's two successors, then the walk on
     assert grown == [(1, 0, 0.6), (3, 1, 0.8), (4, 3, 0.5), (2, 0, 0.3)]
     assert r.alternatives(0, RECYCLE, 2) == [0.6, 0.3]
-    assert r.verify() == ([1, 3], [(RECYCLE, True), (RECYCLE + "+", True), (RECYCLE + "+", False)])
+    assert r.verify() == (
+        [1, 3],
+        [
+            (Outcome(RECYCLE), True),
+            (Outcome(RECYCLE, "next"), True),
+            (Outcome(RECYCLE, "next"), False),
+        ],
+    )
     # Without an `offers` first, a lookup of k; a lookup below drafted nodes reads their path
     # (root 10, then 11, 12: the 2-token match "11 12" continues 13, 99).
     k2 = _drafter(rec, committed=1)
@@ -240,9 +270,14 @@ def test_no_fixed_schedule_of_chains_beats_hindsight() -> None:
     records = [
         _recorded([1, 2, 3]),
         _recorded([*ANSWER[:6], 7, *ANSWER[4:]], top="bad"),  # the lookup is right in places
-        Recorded("g", [5, *ANSWER[:3]], ANSWER, {"good": ([[t, 0, 1] for t in half],
-                 [[0.5, 0.2, 0.2]] * len(ANSWER))}, ([[t] for t in ANSWER], [[1.0]] * len(ANSWER))),
-    ]  # fmt: skip
+        Recorded(
+            "g",
+            [5, *ANSWER[:3]],
+            ANSWER,
+            {"good": ([[t, 0, 1] for t in half], [[0.5, 0.2, 0.2]] * len(ANSWER))},
+            ([[t] for t in ANSWER], [[1.0]] * len(ANSWER)),
+        ),
+    ]
     for rec in records:
         bound, _ = hindsight(rec, costs)
         top = list(rec.drafts)[-1]
@@ -251,8 +286,12 @@ def test_no_fixed_schedule_of_chains_beats_hindsight() -> None:
             run = replay([rec], costs, SCHEDULES[method](spec))
             assert bound <= run.seconds["g"] + 1e-12, (method, k, top)
         for k in (2, 3, 5, 8):
-            pld = replay([rec], costs, SCHEDULES["pld"](ScheduleSpec(list(rec.drafts), 0)),
-                         lookup=PromptLookupConfig(max_proposal=k))  # fmt: skip
+            pld = replay(
+                [rec],
+                costs,
+                SCHEDULES["pld"](ScheduleSpec(list(rec.drafts), 0)),
+                lookup=PromptLookupConfig(max_proposal=k),
+            )
             assert bound <= pld.seconds["g"] + 1e-12, k
         assert bound <= replay([rec], costs).seconds["g"]
 

@@ -15,7 +15,8 @@ from casspec_ref.config import tiny_llama
 from casspec_ref.draft import DraftSampling, StepDrafter
 from casspec_ref.dsia.prompt_lookup import PromptLookup
 from casspec_ref.dsia.virtual_draft import DraftRunner
-from casspec_ref.dytc import outcome_name
+from casspec_ref.dytc import PLD, RECYCLE, DyTCConfig, Outcome
+from casspec_ref.dytc_refinements import outcome
 from casspec_ref.kv_cache import KVCache
 from casspec_ref.model import Transformer
 from casspec_ref.plan import ExecutionPlan
@@ -44,9 +45,16 @@ def _drafter(
     with torch.no_grad():
         model.forward(torch.tensor([CONTEXT[:-1]]), None, cache=cache)
     drafter = StepDrafter(
-        CONTEXT[-1], CONTEXT, DraftRunner(model, cache), PromptLookup(CONTEXT), LEVELS, sampling,
-        TorchRandomSource(seed), max_nodes=64, max_depth=16,
-    )  # fmt: skip
+        CONTEXT[-1],
+        CONTEXT,
+        DraftRunner(model, cache),
+        PromptLookup(CONTEXT),
+        LEVELS,
+        sampling,
+        TorchRandomSource(seed),
+        max_nodes=64,
+        max_depth=16,
+    )
     return drafter, cache
 
 
@@ -127,9 +135,16 @@ def test_pld_or_chain_takes_the_lookup_when_it_has_one_else_drafts_a_chain() -> 
     with torch.no_grad():
         model.forward(torch.tensor([context[:-1]]), None, cache=cache)
     drafter = StepDrafter(
-        context[-1], context, DraftRunner(model, cache), PromptLookup(context), LEVELS,
-        DraftSampling(), TorchRandomSource(0), max_nodes=64, max_depth=16,
-    )  # fmt: skip
+        context[-1],
+        context,
+        DraftRunner(model, cache),
+        PromptLookup(context),
+        LEVELS,
+        DraftSampling(),
+        TorchRandomSource(0),
+        max_nodes=64,
+        max_depth=16,
+    )
     SCHEDULES["pld-or-chain"](ScheduleSpec(list(LEVELS), 3, options=options)).build(drafter)
     assert drafter.tree.max_depth == 3 and len(drafter.tree) == 4  # a chain of chain_k
     assert {i.source for i in drafter.info[1:]} == {"skip"}  # the most accurate level
@@ -137,9 +152,16 @@ def test_pld_or_chain_takes_the_lookup_when_it_has_one_else_drafts_a_chain() -> 
 
 def test_pld_only_uses_no_model() -> None:
     drafter = StepDrafter(
-        CONTEXT[-1], CONTEXT, None, PromptLookup(CONTEXT), {}, DraftSampling(),
-        TorchRandomSource(0), max_nodes=64, max_depth=16,
-    )  # fmt: skip
+        CONTEXT[-1],
+        CONTEXT,
+        None,
+        PromptLookup(CONTEXT),
+        {},
+        DraftSampling(),
+        TorchRandomSource(0),
+        max_nodes=64,
+        max_depth=16,
+    )
     SCHEDULES["pld"](ScheduleSpec([], 3)).build(drafter)
     assert drafter.tree.tokens[1:] == PromptLookup(CONTEXT).propose(10)
 
@@ -165,9 +187,15 @@ def test_tree_never_depends_on_the_verifier_coins() -> None:
 
     model = _model()
     generate_speculative(
-        model, CONTEXT, 20, method="static-tree", temperature=1.0, rng=Recording(3),
-        drafts=tuple(LEVELS.values()), on_step=lambda t: events.append("step"),
-    )  # fmt: skip
+        model,
+        CONTEXT,
+        20,
+        method="static-tree",
+        temperature=1.0,
+        rng=Recording(3),
+        drafts=tuple(LEVELS.values()),
+        on_step=lambda t: events.append("step"),
+    )
     steps = " ".join(events).split("step")
     assert len(steps) > 3
     drafted = 0
@@ -193,8 +221,8 @@ def test_option_and_method_errors() -> None:
 
 def test_dytc_learns_a_lookup_chain_continuing_apart_from_its_first_token() -> None:
     """Prompt lookup's first token is a guess, the next ones extend a match: a verified chain
-    teaches `pld` by its first node and `pld+` by the nodes below it; a model draft's chain
-    teaches its one estimate."""
+    teaches `pld` by its first node and its continuation rate by the nodes below it; a model
+    draft's chain teaches its one estimate."""
     model = _model()
     drafter, _ = _drafter(model, DraftSampling())
     first, second, third = drafter.add_chain(0, [3, 5, 7], "pld")
@@ -202,14 +230,18 @@ def test_dytc_learns_a_lookup_chain_continuing_apart_from_its_first_token() -> N
     schedule = SCHEDULES["cas-spec"](ScheduleSpec(list(LEVELS), model.config.n_layers))
     policy = schedule.policy
     schedule.observe(drafter, [first, second], 0.01)  # the third lookup token is rejected
-    assert (policy.alpha["pld"].count, policy.alpha["pld"]._sum) == (1, 1.0)
-    assert (policy.alpha["pld+"].count, policy.alpha["pld+"]._sum) == (2, 1.0)
-    assert policy.alpha["skip"].count == 1 and policy.alpha["recycle+"].count == 0
+    assert (policy.alpha[PLD].count, policy.alpha[PLD].accepted) == (1, 1.0)
+    assert (
+        policy.estimate(Outcome(PLD, "next")).count,
+        policy.estimate(Outcome(PLD, "next")).accepted,
+    ) == (2, 1.0)
+    assert policy.alpha["skip"].count == 1 and policy.estimate(Outcome(RECYCLE, "next")).count == 0
 
 
 def test_dytc_learns_a_lookups_first_token_by_its_match_length() -> None:
-    """A lookup DyTC drafted (the context's suffix 3, 5 matched on 2 tokens) teaches ``pld#2``
-    and the pooled ``pld`` by its first node, ``pld+`` by the next ones."""
+    """A lookup DyTC drafted (the context's suffix 3, 5 matched on 2 tokens) teaches the
+    estimate of 2-token matches and the pooled ``pld`` by its first node, the continuation's by
+    the next ones."""
     model = _model()
     drafter, _ = _drafter(model, DraftSampling())
     assert drafter.offers(0, "pld") == 4 and drafter.match(0) == 2
@@ -217,24 +249,32 @@ def test_dytc_learns_a_lookups_first_token_by_its_match_length() -> None:
     schedule = SCHEDULES["cas-spec"](ScheduleSpec(list(LEVELS), model.config.n_layers))
     policy = schedule.policy
     schedule.observe(drafter, [first, second], 0.01)  # the third lookup token is rejected
-    assert (policy.alpha["pld#2"].count, policy.alpha["pld#2"]._sum) == (1, 1.0)
-    assert (policy.alpha["pld"].count, policy.alpha["pld+"].count) == (1, 2)
-    assert policy.alpha["pld#1"].count == policy.alpha["pld#3"].count == 0
+    assert (
+        policy.estimate(Outcome(PLD, "match", 2)).count,
+        policy.estimate(Outcome(PLD, "match", 2)).accepted,
+    ) == (1, 1.0)
+    assert (policy.alpha[PLD].count, policy.estimate(Outcome(PLD, "next")).count) == (1, 2)
+    assert (
+        policy.estimate(Outcome(PLD, "match", 1)).count
+        == policy.estimate(Outcome(PLD, "match", 3)).count
+        == 0
+    )
 
 
 def test_dytc_learns_a_model_drafted_token_by_its_margin() -> None:
     """A model chain DyTC drafted teaches each token's margin bin (the drafter's margin, binned
-    by `outcome_name`) and the draft's pooled estimate; a sibling teaches neither."""
+    by `outcome`) and the draft's pooled estimate; a sibling teaches neither."""
     model = _model()
     drafter, _ = _drafter(model, DraftSampling())
     grown = drafter.expand(0, "skip", 2, 2)  # a chain of 2 and one sibling of its first token
     (first, _, _), (second, _, _), (sibling, _, _) = grown
-    names = [outcome_name("skip", "x", 0, drafter.margin(n)) for n in (first, second)]
-    assert drafter.margin(sibling) is None and all(n.startswith("skip@") for n in names)
+    names = [outcome(DyTCConfig(), "skip", "x", 0, drafter.margin(n)) for n in (first, second)]
+    assert drafter.margin(sibling) is None
+    assert all(n.draft == "skip" and n.kind == "margin" for n in names)
     schedule = SCHEDULES["cas-spec"](ScheduleSpec(list(LEVELS), model.config.n_layers))
     policy = schedule.policy
     schedule.observe(drafter, [first], 0.01)  # the second chain token is rejected
-    bins = {name: e.count for name, e in policy.alpha.items() if "@" in name and e.count}
+    bins = {key: e.count for key, e in policy.refined.items() if key.kind == "margin" and e.count}
     assert bins == dict(Counter(names))
-    assert policy.alpha["skip"].count == 2 and policy.alpha["skip"]._sum == 1.0
+    assert policy.alpha["skip"].count == 2 and policy.alpha["skip"].accepted == 1.0
     assert policy.margins_known("skip") and not policy.margins_known("exit")

@@ -40,17 +40,22 @@ def check_dytc_config(cfg: Any) -> None:
 
 
 def check_draft_names(drafts: Sequence[str], reserved: Sequence[str]) -> None:
-    """A model draft's name may not be a free draft's nor hold the characters finer estimates'
-    names are built with (``#``, ``@``), nor end in ``+``."""
+    """A model draft's name is a non-empty string, not a free draft's."""
     for name in drafts:
         if not isinstance(name, str) or not name or name in reserved:
-            raise ValueError(f"draft name {name!r} is invalid: allowed is a non-empty string "
-                             f"other than {list(reserved)}")  # fmt: skip
-        if "#" in name or "@" in name or name.endswith("+"):
             raise ValueError(
-                f"draft name {name!r} is invalid: it may not contain '#' or '@' nor end in '+' "
-                "(DyTC builds its estimates' names with them)"
+                f"draft name {name!r} is invalid: allowed is a non-empty string "
+                f"other than {list(reserved)}"
             )
+
+
+def check_paper_config(method: str, refinements: Sequence[str]) -> None:
+    """The paper's preset runs with every refinement off."""
+    if refinements:
+        raise ValueError(
+            f"method {method!r} runs the paper's policy alone, but the DyTC config switches on "
+            f"{', '.join(refinements)}: pass DyTCConfig.paper(...) or use method 'cas-spec'"
+        )
 
 
 def check_prior(prior: float) -> None:
@@ -63,7 +68,7 @@ def check_outcome(accepted: float) -> None:
         raise ValueError(f"an acceptance observation must lie in [0, 1], got {accepted!r}")
 
 
-def check_cost_curve(weight: float, horizon: int) -> None:
+def check_cost_curve(weight: float, horizon: float) -> None:
     if not 0.0 < weight <= 1.0:
         raise ValueError(f"weight={weight!r} is invalid: allowed is in (0, 1]")
     if horizon < 1:

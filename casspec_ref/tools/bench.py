@@ -77,6 +77,8 @@ VERIFY_SIZES = (1, 2, 3, 4, 6, 8, 12, 16)
 
 def parse_method(spec: str, known: Sequence[str]) -> tuple[str, int | None]:
     """``"pld:3"`` -> ("pld", 3); ``"cas-spec"`` -> ("cas-spec", None); ValueError if unknown."""
+    if spec in known:  # a method whose name holds a colon, such as ``cas-spec:paper``
+        return spec, None
     base, sep, arg = spec.partition(":")
     allowed = f"{', '.join(known)}, or {'/'.join(SIZED_METHODS)}:K with K >= 1"
     if base not in known or (sep and (base not in SIZED_METHODS or not arg.isdigit())):
@@ -306,7 +308,7 @@ def _make_runner(
 
     from casspec_ref.baselines import ScheduleOptions
     from casspec_ref.dsia.prompt_lookup import PromptLookupConfig
-    from casspec_ref.dytc import DyTCPolicy
+    from casspec_ref.dytc import DyTCConfig, DyTCPolicy
     from casspec_ref.speculative import METHODS, default_drafts, generate_speculative
 
     base, k = parse_method(method, METHODS)
@@ -315,10 +317,11 @@ def _make_runner(
         options["pld"] = PromptLookupConfig(max_proposal=k)
     if base in ("chain", "pld-or-chain") and k is not None:
         options["schedule"] = ScheduleOptions(chain_k=k)
-    if base == "cas-spec":
+    if base in ("cas-spec", "cas-spec:paper"):
         # DyTC's online estimates (acceptance, costs) persist across questions, as they would
         # in a server: each call would otherwise spend its first steps re-learning the costs.
-        options["policy"] = DyTCPolicy([plan.name for plan in default_drafts(model)])
+        config = DyTCConfig.paper() if base == "cas-spec:paper" else DyTCConfig()
+        options["policy"] = DyTCPolicy([plan.name for plan in default_drafts(model)], config)
 
     def run_spec(prompt_ids: list[int], max_new: int) -> tuple[list[int], dict[str, Any]]:
         result = generate_speculative(

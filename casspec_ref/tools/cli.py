@@ -49,6 +49,13 @@ def _build_parser() -> argparse.ArgumentParser:
         default=None,
         help=f"decoding method, one of: {', '.join(method_names())} (default {DEFAULT_METHOD})",
     )
+    gen.add_argument(
+        "--dytc",
+        choices=("best", "paper"),
+        default="best",
+        help="CAS-Spec's DyTC policy: this reference's (best, default) or the paper's alone "
+        "(paper: --method cas-spec:paper)",
+    )
     gen.add_argument("--max-new-tokens", type=int, default=128, help="default 128")
     gen.add_argument(
         "--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 samples"
@@ -152,6 +159,10 @@ class _TextStreamer:
 def _generate(args: argparse.Namespace) -> int:
     methods = method_names()
     method = args.method or (DEFAULT_METHOD if DEFAULT_METHOD in methods else "ar")
+    if args.dytc == "paper":
+        if method not in ("cas-spec", "cas-spec:paper"):
+            return _fail(f"--dytc paper applies to --method cas-spec, not {method!r}")
+        method = "cas-spec:paper"
     if method not in methods:
         return _fail(f"unknown --method {method!r}: allowed are {', '.join(methods)}")
     if not args.prompt.strip():

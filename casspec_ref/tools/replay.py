@@ -40,7 +40,8 @@ import torch
 
 from casspec_ref.dsia.prompt_lookup import PromptLookup, PromptLookupConfig
 from casspec_ref.dsia.recycle import TokenRecycler
-from casspec_ref.dytc import PLD, RECYCLE, DyTCPolicy, outcome_name
+from casspec_ref.dytc import PLD, RECYCLE, DyTCConfig, DyTCPolicy, Outcome
+from casspec_ref.dytc_refinements import outcome
 from casspec_ref.schedules import Schedule
 from casspec_ref.tools.teacher_forced import TeacherForced
 
@@ -93,8 +94,13 @@ def _top(logits: torch.Tensor, k: int) -> tuple[list[list[int]], list[list[float
     return ids.tolist(), [[round(p, 5) for p in row] for row in values.tolist()]
 
 
-def record(model: Any, prompt: Sequence[int], answer: Sequence[int], levels: Sequence[Any],
-           category: str = "") -> Recorded:  # fmt: skip
+def record(
+    model: Any,
+    prompt: Sequence[int],
+    answer: Sequence[int],
+    levels: Sequence[Any],
+    category: str = "",
+) -> Recorded:
     """Record one question: `answer` must be the target's greedy continuation of `prompt`."""
     tf = TeacherForced(model, [*prompt, *answer], first=len(prompt))
     if tf.target_agreement() < 1.0:
@@ -110,9 +116,16 @@ class ReplayDrafter:
     plus what the fixed schedules use). Node ``n`` holds token ``tokens[n]`` at answer index
     ``index[n]`` (the root: the last committed token)."""
 
-    def __init__(self, rec: Recorded, committed: int, pld: PromptLookup,
-                 recycler: TokenRecycler, costs: Costs,
-                 max_nodes: int, max_depth: int) -> None:  # fmt: skip
+    def __init__(
+        self,
+        rec: Recorded,
+        committed: int,
+        pld: PromptLookup,
+        recycler: TokenRecycler,
+        costs: Costs,
+        max_nodes: int,
+        max_depth: int,
+    ) -> None:
         self.rec, self.pld, self.recycler, self.costs = rec, pld, recycler, costs
         self.max_nodes, self.max_depth = max_nodes, max_depth
         self.levels = list(rec.drafts)  # cheapest first, as recorded
@@ -244,22 +257,25 @@ class ReplayDrafter:
         return grown + [(c, node, p) for c, p in first[1:]]
 
     # -- the verifier ----------------------------------------------------------------------------
-    def verify(self) -> tuple[list[int], list[tuple[str, bool]]]:
+    def verify(
+        self, config: DyTCConfig | None = None
+    ) -> tuple[list[int], list[tuple[Outcome, bool]]]:
         """Greedy verification against the answer: (accepted nodes, root first excluded;
-        ``(outcome name, accepted)`` per chain-continuing node whose parent was accepted)."""
+        ``(outcome, accepted)`` per chain-continuing node whose parent was accepted, the outcome
+        as DyTC with `config` learns it)."""
+        config = config if config is not None else DyTCConfig()
         answer, node = self.rec.answer, 0
         accepted: list[int] = []
-        tested: list[tuple[str, bool]] = []
+        tested: list[tuple[Outcome, bool]] = []
         while True:
             nxt = None
             for child in self.children[node]:
                 i = self.index[child]
                 ok = i < len(answer) and self.tokens[child] == answer[i]
                 if self.primary[child]:
-                    name = outcome_name(
-                        self.source[child], self.source[node], self.match(node), self.margin(child)
-                    )
-                    tested.append((name, ok))
+                    draft, parent_draft = self.source[child], self.source[node]
+                    key = outcome(config, draft, parent_draft, self.match(node), self.margin(child))
+                    tested.append((key, ok))
                 nxt = child if ok and nxt is None else nxt
             if nxt is None:
                 return accepted, tested
@@ -276,9 +292,13 @@ class Replayed:
     steps: int = 0
 
 
-def replay(records: Sequence[Recorded], costs: Costs, schedule: Schedule | None = None,
-           policy: DyTCPolicy | None = None,
-           lookup: PromptLookupConfig | None = None) -> Replayed:  # fmt: skip
+def replay(
+    records: Sequence[Recorded],
+    costs: Costs,
+    schedule: Schedule | None = None,
+    policy: DyTCPolicy | None = None,
+    lookup: PromptLookupConfig | None = None,
+) -> Replayed:
     """Decode every recorded answer again with `schedule` (one of the package's fixed
     schedules, `casspec_ref.schedules.SCHEDULES`, growing a `ReplayDrafter` through the same
     primitives it calls on a `StepDrafter`), or with DyTC's `policy` (its estimates carried
@@ -290,8 +310,9 @@ def replay(records: Sequence[Recorded], costs: Costs, schedule: Schedule | None 
         pld = PromptLookup([*rec.prompt, rec.answer[0]], lookup)
         recycler = TokenRecycler(TARGET_TOP)
         while committed < n:
-            d = ReplayDrafter(rec, committed, pld, recycler, costs, 32 if policy else 64,
-                              n - committed - 1)  # fmt: skip
+            d = ReplayDrafter(
+                rec, committed, pld, recycler, costs, 32 if policy else 64, n - committed - 1
+            )
             start = time.perf_counter()
             if policy is not None and not policy.ready():  # DyTC's first step times sizes
                 for size in (1, *policy.config.calibration_sizes):
@@ -301,7 +322,7 @@ def replay(records: Sequence[Recorded], costs: Costs, schedule: Schedule | None 
             elif schedule is not None and d.max_depth > 0:  # as `speculative.draft_tree`
                 schedule.build(d)  # type: ignore[arg-type]  # the primitives it calls are here
             thinking = time.perf_counter() - start if policy is not None else 0.0
-            accepted, tested = d.verify()
+            accepted, tested = d.verify(policy.config if policy is not None else None)
             verify = costs.verify_seconds(d.size())
             if policy is not None:  # as decoding times a step's verify: forward, verifier, commit
                 policy.observe_step(tested, d.size(), verify + costs.step_overhead, d.charged)
@@ -351,8 +372,9 @@ def hindsight(
     for p in range(1, n):
         proposals[p] = pld.propose()
         pld.append(rec.answer[p])
-    padded = {t: min(costs.verify_seconds(u) for u in range(t, max(t, top) + 1))
-              for t in range(1, n + 1)}  # fmt: skip
+    padded = {
+        t: min(costs.verify_seconds(u) for u in range(t, max(t, top) + 1)) for t in range(1, n + 1)
+    }
 
     def agreeing(tokens: Sequence[int], start: int) -> int:
         """How many of `tokens`, placed from answer index `start` on, are the answer's."""
