@@ -33,6 +33,7 @@ from casspec_ref.proof import (
     check_verifier,
     exact_law,
     hidden_paths,
+    route_all,
     run_check_command,
 )
 
@@ -144,7 +145,7 @@ def test_wrong_return_under_a_known_signature() -> None:
 def test_float32_rounding_is_named_and_the_preset_suggested() -> None:
     report = check_verifier(float32_chain.verify, families=["random"], vocab=[3])
     assert report.verdict == "NOT LOSSLESS" and report.worst_tv < 1e-6
-    assert any("float32" in n and "--tolerance float32" in n for n in report.notes), report.notes
+    assert any("computes in float32" in n and "--tolerance float32" in n for n in report.notes)
 
 
 def test_the_oracles_budget_is_inconclusive_not_a_failure_of_the_code() -> None:
@@ -157,6 +158,17 @@ def test_the_oracles_budget_is_inconclusive_not_a_failure_of_the_code() -> None:
     assert "INCONCLUSIVE: budget" in (report.error or "")
     report = check_verifier(textbook_chain.verify, families=["random"], vocab=[3], max_paths=3)
     assert report.verdict == "INCONCLUSIVE" and "max_paths" in (report.error or "")
+
+
+def test_a_python_float_threshold_keeps_float64_precision() -> None:
+    """``u < 0.1`` with a lazy uniform u has probability 0.1 in float64; rounding the threshold
+    to float32 first (torch.as_tensor of a Python float) would give 0.10000000149."""
+
+    def fn(rng) -> bool:  # type: ignore[no-untyped-def]
+        with route_all(rng):
+            return bool(torch.rand(()) < 0.1)
+
+    assert exact_law(fn)[True] == 0.1
 
 
 def test_pruned_mass_is_accounted_for() -> None:
@@ -211,3 +223,19 @@ def test_assert_lossless_from_a_test_file_outside_the_package(tmp_path: Path) ->
     )
     assert "2 passed" in done.stdout and "1 failed" in done.stdout, done.stdout[-3000:]
     assert "test_fixture" in done.stdout and "first_difference" in done.stdout
+
+
+def test_a_total_variation_within_the_pruning_bound_is_inconclusive() -> None:
+    """TV 2e-9 at tolerance 1e-9 fails with nothing pruned, and is INCONCLUSIVE when 4e-9 of
+    mass was pruned (the true TV is then anywhere in [0, 4e-9])."""
+    from casspec_ref.proof.cases import default_cases
+    from casspec_ref.proof.checker import _judge
+
+    case = default_cases()[0]
+    got, want = {(0,): 0.5 + 2e-9, (1,): 0.5 - 2e-9}, {(0,): 0.5, (1,): 0.5}
+    for pruned, failing, verdict in ((0.0, [case.name], ""), (4e-9, [], "INCONCLUSIVE")):
+        report = CheckReport(True, 0.0, "", 1, 1e-9, [], None, verdict="LOSSLESS")
+        _judge(case, got, want, pruned, report)
+        assert report.failing_cases == failing
+        assert report.verdict == (verdict or "LOSSLESS")
+        assert report.pruned_mass == pruned
