@@ -115,12 +115,24 @@ def hidden_numpy(inputs: ChainInputs) -> list[int]:
     return [*drafts, int(torch.multinomial(torch.tensor(p[-1]), 1))]
 
 
+def draws_normal(inputs: ChainInputs) -> list[int]:
+    """A draw the adapters cannot follow (a normal variate): NOT CHECKABLE, whatever its value."""
+    return [int(torch.randn(()) > 0) % inputs.target_probs.shape[1]]
+
+
 def test_hidden_randomness_is_not_checkable_never_a_verdict():
     report = check_verifier(hidden_numpy, **SMALL)
     assert report.verdict == "NOT CHECKABLE", report.format()
     assert report.error_case and report.error_case.startswith("random-V")
     assert "randomness the oracle does not see" in (report.error or "")
     assert report.exit_code == 3
+    # The call site of the hidden draw is named: the line of `_OUTSIDE.random()`.
+    line = next(
+        i
+        for i, text in enumerate(Path(__file__).read_text().splitlines(), 1)
+        if "_OUTSIDE.random()" in text
+    )
+    assert f"call site: {__file__}:{line} in hidden_numpy" in (report.error or ""), report.error
 
 
 def test_a_replay_that_stops_early_is_hidden_randomness():
@@ -155,7 +167,7 @@ def test_a_module_that_draws_when_lazily_imported_is_not_checkable_until_importe
 
     sys.path.insert(0, str(tmp_path))
     try:
-        report = check_verifier(lazily_importing, **SMALL)
+        report = check_verifier(lazily_importing, **SMALL, timeout=None)  # a draw of 8e6 options
         assert report.verdict == "NOT CHECKABLE", report.format()
         assert "random.randrange/choice" in (report.error or "")
         assert "categorical/8000001" in (report.error or "")
@@ -175,17 +187,21 @@ def test_a_module_that_draws_when_lazily_imported_is_not_checkable_until_importe
     ("fn", "reason"),
     [
         (lambda inputs, rng: [], "returned 0 tokens"),
-        (lambda inputs, rng: [*textbook(inputs, rng), 0], "returned"),
+        (lambda inputs, rng: [*textbook(inputs, rng), 0], "tokens"),
         (lambda inputs, rng: [inputs.target_probs.shape[1]], "outside"),
         (lambda inputs, rng: "0", "not tokens"),
     ],
     ids=["empty", "bonus-twice", "out-of-range", "a-string"],
 )
 def test_contract_violations_are_reported_not_repaired(fn, reason):
+    """A value outside the return convention is a contract error (exit 3), never NOT LOSSLESS,
+    and the message names the convention and quotes the value."""
     report = check_verifier(fn, **SMALL)
-    assert report.verdict == "NOT LOSSLESS"
+    assert report.verdict == "CONTRACT ERROR" and report.exit_code == 3, report.format()
     assert report.violations and reason in report.violations[0]["reason"]
-    assert report.counterexample["contract_violation"]["case"] == report.failing_cases[0]
+    assert report.counterexample["contract_violation"]["case"] == report.error_case
+    assert "fn(inputs: ChainInputs) or fn(inputs, rng)" in (report.error or "")
+    assert not report.failing_cases
 
 
 # --- isolation and exit codes ------------------------------------------------------------------
@@ -247,7 +263,7 @@ def test_exit_codes_for_each_verdict():
     assert run_check_command(f"{replicas}:nope", **small) == 2
     assert run_check_command(f"{replicas}:reference_chain_verifier", tolerance="x", **small) == 2
     assert run_check_command("test_oracle_checker:exits", **small) == 3
-    assert run_check_command("test_oracle_checker:hidden_numpy", **small) == 3
+    assert run_check_command("test_oracle_checker:draws_normal", **small) == 3
 
 
 def test_cli_tree_mode_end_to_end():
@@ -387,7 +403,7 @@ def test_loop_with_the_oracle_rng_and_a_short_output():
 
     assert check_loop(ar_only).verdict == "LOSSLESS"
     short = check_loop(lambda t, d, prompt, n, temp: [0])
-    assert short.verdict == "NOT LOSSLESS" and "max_new_tokens" in short.violations[0]["reason"]
+    assert short.verdict == "CONTRACT ERROR" and "max_new_tokens" in short.violations[0]["reason"]
 
 
 def test_loop_mode_from_the_command_helper():

@@ -8,6 +8,9 @@ worst total variation, time)."""
 
 from __future__ import annotations
 
+import functools
+import io
+import json
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -19,16 +22,28 @@ from oracle_gallery import (
     hf_style,
     loops,
     medusa_typical,
+    sglang_tree,
     specinfer_tree,
     textbook_chain,
     vllm_style,
 )
+from transformers.generation.utils import _speculative_sampling
 
-from casspec_ref.proof import CheckReport, check_loop, check_tree_verifier, check_verifier
+from casspec_ref.proof import (
+    JSON_KEYS,
+    CheckReport,
+    check_loop,
+    check_tree_verifier,
+    check_verifier,
+    run_check_command,
+)
 
 
 @dataclass(frozen=True)
 class Entry:
+    """One implementation; ``fn`` a callable, or "MODULE:FUNCTION" checked through the command
+    (which routes TorchScript itself)."""
+
     name: str
     fn: Any
     mode: str  # chain, tree or loop
@@ -36,8 +51,17 @@ class Entry:
     options: tuple[tuple[str, Any], ...] = ()
 
     def check(self) -> CheckReport:
+        if isinstance(self.fn, str):
+            out = io.StringIO()
+            options = {**dict(self.options), "as_json": True, "stream": out}
+            run_check_command(self.fn, **options)
+            data = json.loads(out.getvalue())
+            return CheckReport(**{attr: data[key] for attr, key in JSON_KEYS.items()})
         run = {"chain": check_verifier, "tree": check_tree_verifier, "loop": check_loop}
         return run[self.mode](self.fn, **dict(self.options))
+
+
+VLLM_V0 = "oracle_gallery.vllm_v0_port:RejectionSampler"
 
 
 GALLERY = [
@@ -66,6 +90,41 @@ GALLERY = [
         eagle_tree.TRUTH,
         (("families", eagle_tree.FAMILIES),),
     ),
+    Entry(
+        "SGLang tree (target only)",
+        sglang_tree.verify,
+        "tree",
+        sglang_tree.TRUTH,
+        (("families", sglang_tree.FAMILIES), ("vocab", (2, 3))),
+    ),
+    Entry(
+        "transformers _speculative_sampling (installed)",
+        _speculative_sampling,
+        "chain",
+        "LOSSLESS",
+        (("signature", "hf"),),
+    ),
+    Entry(
+        "transformers, assistant_ensemble_weight=0.5",
+        functools.partial(_speculative_sampling, assistant_ensemble_weight=0.5),
+        "chain",
+        "NOT LOSSLESS",
+        (("signature", "hf"), ("families", ("random",)), ("vocab", (2, 3))),
+    ),
+    Entry(
+        "vLLM v0 RejectionSampler port (TorchScript kept)",
+        VLLM_V0,
+        "chain",
+        "LOSSLESS",
+        (("signature", "vllm-v0"), ("families", ("random",))),
+    ),
+    Entry(
+        "vLLM v0 port, recovered token from p",
+        "oracle_gallery.vllm_v0_port:BrokenRejectionSampler",
+        "chain",
+        "NOT LOSSLESS",
+        (("signature", "vllm-v0"), ("families", ("random",)), ("vocab", (2, 3))),
+    ),
     Entry("correct loop", loops.correct_loop, "loop", "LOSSLESS"),
     Entry("loop that re-seeds", loops.reseeding_loop, "loop", "NOT LOSSLESS"),
     Entry("drafter reporting q at T=1", loops.wrong_temperature_drafter, "loop", "NOT LOSSLESS"),
@@ -81,6 +140,15 @@ def test_gallery_verdict(entry: Entry) -> None:
     else:
         assert report.counterexample is not None
         assert report.counterexample["first_difference"] is not None
+
+
+@pytest.mark.thorough
+def test_vllm_v0_port_on_the_whole_catalogue() -> None:
+    """The default catalogue (43 cases) on the vectorized sampler with its TorchScript kept:
+    the command routes TorchScript and prunes branches below tolerance * 1e-6."""
+    entry = Entry("vLLM v0 (all cases)", VLLM_V0, "chain", "LOSSLESS", (("signature", "vllm-v0"),))
+    report = entry.check()
+    assert report.verdict == "LOSSLESS" and report.n_cases == 43, report.format()
 
 
 def test_float32_chain_is_flagged_without_its_tolerance() -> None:

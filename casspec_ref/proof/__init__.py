@@ -2,8 +2,11 @@
 
 Modules, in reading order: `enumerate` (exact laws by enumerating every draw), `harness` (toy
 models, drafted trees, plain AR laws), `adapters` (torch/numpy/`random` draws as exact
-decisions), `cases` (the catalogue), `checker` (chain, tree and loop checks, the CLI),
-`replicas` (demonstration targets), `vectors` (JSON test vectors). Depends on the core, never
+decisions), `reach` (TorchScript and torch.compile in the checked code's reach, and where
+hidden randomness shows), `signatures` (the field's calling conventions), `cases` (the
+catalogue), `checker` (chain, tree and loop checks, the CLI), `assertions` (`assert_lossless`
+for other test suites; its fixture in `pytest_plugin`), `replicas` (demonstration targets),
+`vectors` (JSON test vectors). Depends on the core, never
 the other way.
 """
 
@@ -18,6 +21,7 @@ from casspec_ref.proof.adapters import (
     route_random,
     route_torch,
 )
+from casspec_ref.proof.assertions import assert_lossless, without_torchscript
 from casspec_ref.proof.cases import (
     CheckCase,
     LoopCase,
@@ -29,7 +33,10 @@ from casspec_ref.proof.cases import (
     tree_cases,
 )
 from casspec_ref.proof.checker import (
+    EXIT_CODES,
+    JSON_KEYS,
     TOLERANCE_PRESETS,
+    VERDICTS,
     ChainInputs,
     ChainVerifier,
     CheckReport,
@@ -47,6 +54,8 @@ from casspec_ref.proof.checker import (
 )
 from casspec_ref.proof.enumerate import (
     EnumeratingSource,
+    EnumerationBudgetError,
+    EnumerationStats,
     HiddenRandomnessError,
     Law,
     NonDeterministicFunctionError,
@@ -65,11 +74,19 @@ from casspec_ref.proof.harness import (
     spec_depth,
     speculative_tokens,
 )
+from casspec_ref.proof.reach import (
+    TORCHSCRIPT_SWITCH,
+    HiddenPath,
+    eager_compiled,
+    hidden_paths,
+    import_without_torchscript,
+)
 from casspec_ref.proof.replicas import (
     raw_bonus_replica,
     reference_chain_verifier,
     reference_tree_verifier,
 )
+from casspec_ref.proof.signatures import SIGNATURES, ContractViolation, Signature
 from casspec_ref.proof.vectors import (
     VECTORS_FORMAT,
     VECTORS_PATH,
@@ -80,17 +97,76 @@ from casspec_ref.proof.vectors import (
 )
 
 __all__ = [
-    "TOLERANCE_PRESETS", "VECTORS_FORMAT", "VECTORS_PATH", "ChainInputs", "ChainVerifier",
-    "CheckCase", "CheckReport", "ChildSpec", "DraftSpec", "Draws", "EnumeratingSource",
-    "GenerateFunction", "HiddenRandomnessError", "Law", "LazyUniform", "LoopCase",
-    "NonDeterministicFunctionError", "NotCheckableError", "RoutedGenerator", "ToyLM",
-    "ToyModel", "TreeCase", "TreeInputs", "TreeVerifier", "TreeVerifierFunction",
-    "UnfollowableDrawError", "add_oracle_arguments", "ar_law", "build_vectors",
-    "casspec_tree_verifier", "check_loop", "check_tree_verifier", "check_verifier",
-    "default_cases", "draft_tree", "exact_law", "first_difference", "lazy_uniform",
-    "load_vectors", "loop_cases", "rational_process", "raw_bonus_replica",
-    "reference_chain_verifier", "reference_tree_verifier", "route_all", "route_numpy",
-    "route_random", "route_torch", "run_check_command", "run_oracle_args", "select_cases",
-    "spec_depth", "speculative_tokens", "total_variation", "tree_cases", "tree_from_json",
+    "EXIT_CODES",
+    "JSON_KEYS",
+    "SIGNATURES",
+    "TOLERANCE_PRESETS",
+    "TORCHSCRIPT_SWITCH",
+    "VECTORS_FORMAT",
+    "VECTORS_PATH",
+    "VERDICTS",
+    "ChainInputs",
+    "ChainVerifier",
+    "CheckCase",
+    "CheckReport",
+    "ChildSpec",
+    "ContractViolation",
+    "DraftSpec",
+    "Draws",
+    "EnumeratingSource",
+    "EnumerationBudgetError",
+    "EnumerationStats",
+    "GenerateFunction",
+    "HiddenPath",
+    "HiddenRandomnessError",
+    "Law",
+    "LazyUniform",
+    "LoopCase",
+    "NonDeterministicFunctionError",
+    "NotCheckableError",
+    "RoutedGenerator",
+    "Signature",
+    "ToyLM",
+    "ToyModel",
+    "TreeCase",
+    "TreeInputs",
+    "TreeVerifier",
+    "TreeVerifierFunction",
+    "UnfollowableDrawError",
+    "add_oracle_arguments",
+    "ar_law",
+    "assert_lossless",
+    "build_vectors",
+    "casspec_tree_verifier",
+    "check_loop",
+    "check_tree_verifier",
+    "check_verifier",
+    "default_cases",
+    "draft_tree",
+    "eager_compiled",
+    "exact_law",
+    "first_difference",
+    "hidden_paths",
+    "import_without_torchscript",
+    "lazy_uniform",
+    "load_vectors",
+    "loop_cases",
+    "rational_process",
+    "raw_bonus_replica",
+    "reference_chain_verifier",
+    "reference_tree_verifier",
+    "route_all",
+    "route_numpy",
+    "route_random",
+    "route_torch",
+    "run_check_command",
+    "run_oracle_args",
+    "select_cases",
+    "spec_depth",
+    "speculative_tokens",
+    "total_variation",
+    "tree_cases",
+    "tree_from_json",
+    "without_torchscript",
     "write_vectors",
-]  # fmt: skip
+]

@@ -74,7 +74,16 @@ class Draws:
     ``rng``. Streams are recognised by a fingerprint of the real generator's state."""
 
     def __init__(self, rng: RandomSource | None) -> None:
+        #: Low-precision dtypes (float32, bfloat16, float16) seen in thresholds and laws that
+        #: met a draw, over every run (for the report's rounding note).
+        self.low_precision: set[str] = set()
         self.reset(rng)
+
+    def saw(self, value: Any) -> None:
+        """Note the dtype of a tensor that meets a draw, when it is a low-precision float."""
+        dtype = getattr(value, "dtype", None)
+        if dtype in (torch.float32, torch.bfloat16, torch.float16, np.float32, np.float16):
+            self.low_precision.add(str(dtype).replace("torch.", ""))
 
     def reset(self, rng: RandomSource | None) -> None:
         """Start a new run drawing from ``rng``: no variable is known, no stream is seen."""
@@ -280,10 +289,29 @@ def lazy_uniform(rng: RandomSource, label: str = "lazy_uniform") -> LazyUniform:
 _COMPARE = {"lt": (True, True), "le": (True, False), "gt": (False, False), "ge": (False, True)}
 _COMPARE_ALIASES = {"less": "lt", "less_equal": "le", "greater": "gt", "greater_equal": "ge"}
 _SHAPE_OPS = {
-    "__getitem__", "view", "reshape", "squeeze", "unsqueeze", "flatten", "expand", "expand_as",
-    "t", "transpose", "permute", "select", "narrow", "unbind", "split", "chunk", "repeat",
-    "index_select", "view_as", "reshape_as", "movedim", "unflatten",
-}  # fmt: skip
+    "__getitem__",
+    "view",
+    "reshape",
+    "squeeze",
+    "unsqueeze",
+    "flatten",
+    "expand",
+    "expand_as",
+    "t",
+    "transpose",
+    "permute",
+    "select",
+    "narrow",
+    "unbind",
+    "split",
+    "chunk",
+    "repeat",
+    "index_select",
+    "view_as",
+    "reshape_as",
+    "movedim",
+    "unflatten",
+}
 _KEEP_OPS = {"clone", "detach", "contiguous", "cpu", "to", "double", "float", "half", "type"}
 _META_GETTERS: set[Any] = {
     inspect.getattr_static(torch.Tensor, name).__get__
@@ -352,7 +380,8 @@ class _Race(torch.Tensor):
 
     @staticmethod
     def make(weights: Any, draws: LazyDraws) -> _Race:
-        w = torch.as_tensor(weights).detach().double()
+        draws._book.saw(weights)
+        w = _float64(weights)
         shape = np.broadcast_shapes(tuple(w.shape), draws._vars.shape)
         race = torch.Tensor._make_subclass(_Race, torch.full(shape, float("nan")))
         race._weights = np.broadcast_to(w.numpy(), shape)
@@ -452,6 +481,10 @@ class _Pending(torch.Tensor):
 
                 return wrap(result)
 
+        masked = _masked_use(full.strip("_"), args, kwargs)
+        if masked is not None:
+            return masked
+
         def force(value: Any) -> Any:
             if isinstance(value, _Pending):
                 return value.forced()
@@ -461,6 +494,43 @@ class _Pending(torch.Tensor):
 
         with torch._C.DisableTorchFunctionSubclass():
             return func(*force(args), **{k: force(v) for k, v in kwargs.items()})
+
+
+def _forced_where(pending: _Pending, mask: torch.Tensor) -> torch.Tensor:
+    """The race tokens where ``mask`` is true, 0 elsewhere: races the mask drops stay undecided."""
+    with torch._C.DisableTorchFunctionSubclass():
+        keep = mask.detach().to(torch.bool)
+    shape = np.broadcast_shapes(pending._thunks.shape, tuple(keep.shape))
+    thunks = np.broadcast_to(pending._thunks, shape).reshape(-1)
+    chosen = np.broadcast_to(keep.numpy(), shape).reshape(-1)
+    values = [t.force() if c else 0 for t, c in zip(thunks, chosen, strict=True)]
+    return torch.tensor(values, dtype=torch.long).reshape(shape)
+
+
+def _masked_use(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``tokens * mask`` and ``torch.where(mask, tokens, other)`` with a plain boolean mask:
+    vectorized samplers race every position and keep one with a mask, so only the kept races are
+    decided (x * False is 0, and ``where`` ignores the side it does not pick). None when the
+    call is not of that form."""
+    if kwargs:
+        return None
+    if name == "mul" and len(args) == 2:
+        pending, mask = args if isinstance(args[0], _Pending) else args[::-1]
+        if isinstance(pending, _Pending) and _is_plain_bool(mask):
+            return _forced_where(pending, mask)
+    if name == "where" and len(args) == 3 and _is_plain_bool(args[0]):
+        cond, left, right = args
+        if isinstance(left, _Pending):
+            left = _forced_where(left, cond)
+        if isinstance(right, _Pending):
+            right = _forced_where(right, ~cond)
+        with torch._C.DisableTorchFunctionSubclass():
+            return torch.where(cond, left, right)
+    return None
+
+
+def _is_plain_bool(value: Any) -> bool:
+    return type(value) is torch.Tensor and value.dtype is torch.bool
 
 
 def _cast(lazy: LazyDraws, args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.dtype:
@@ -512,8 +582,9 @@ def _compare(name: str, left: Any, right: Any) -> torch.Tensor:
         mirror = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}[name]
         below, strict = _COMPARE[mirror]
     lazy: LazyDraws = left
+    lazy._book.saw(right)
     with torch._C.DisableTorchFunctionSubclass():
-        other = torch.as_tensor(right).detach().double()
+        other = _float64(right)
     shape = np.broadcast_shapes(lazy._vars.shape, tuple(other.shape))
     variables = np.broadcast_to(lazy._vars, shape).reshape(-1)
     thresholds = np.broadcast_to(other.numpy(), shape).reshape(-1)
@@ -524,6 +595,14 @@ def _compare(name: str, left: Any, right: Any) -> torch.Tensor:
         else:  # u > t is not u <= t; u >= t is not u < t
             out.append(not lazy._book.below(var, float(t), not strict))
     return torch.tensor(out, dtype=torch.bool).reshape(shape)
+
+
+def _float64(value: Any) -> torch.Tensor:
+    """``value`` as a float64 tensor. A Python float goes through numpy: ``torch.as_tensor``
+    would make it float32 first and move a threshold by up to 6e-8."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().double()
+    return torch.from_numpy(np.asarray(value, dtype=np.float64))
 
 
 def _torch_fingerprint(generator: torch.Generator | None) -> Callable[[], Any]:
@@ -628,7 +707,7 @@ def _torch_patches(book: Draws) -> dict[tuple[Any, str], Any]:
     def bernoulli(p: Any, *args: Any, generator: Any = None, **kwargs: Any) -> torch.Tensor:
         if args or kwargs.get("p") is not None:
             raise UnfollowableDrawError("torch.bernoulli with an explicit p argument")
-        probs = torch.as_tensor(p).detach()
+        probs = p.detach() if isinstance(p, torch.Tensor) else _float64(p)
         lazy = _lazy_tensor(book, tuple(probs.shape), None, generator, "uniform", "bernoulli")
         return _compare("lt", lazy, probs).to(probs.dtype)
 
@@ -640,6 +719,7 @@ def _torch_patches(book: Draws) -> dict[tuple[Any, str], Any]:
         generator: Any = None,
         **_: Any,
     ) -> torch.Tensor:
+        book.saw(probs)
         weights = probs.detach().double()
         rows = weights.reshape(-1, weights.shape[-1]).numpy()
         picks = []

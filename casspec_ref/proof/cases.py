@@ -24,8 +24,15 @@ DEFAULT_SEED = 20251030
 
 #: The chain families, in the order they are listed.
 CHAIN_FAMILIES = (
-    "random", "p_equals_q", "disjoint", "greedy", "zeros", "temperature", "top_k", "top_p",
-)  # fmt: skip
+    "random",
+    "p_equals_q",
+    "disjoint",
+    "greedy",
+    "zeros",
+    "temperature",
+    "top_k",
+    "top_p",
+)
 TREE_FAMILIES = ("chain", "independent", "mixed_levels", "without_replacement", "deterministic")
 LOOP_FAMILIES = ("plain", "temperature")
 

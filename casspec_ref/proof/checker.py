@@ -14,17 +14,22 @@ of what the checked code produces and compares it with the law of plain autoregr
   compared, so drafter-side and cross-step bugs (a re-seeded generator, a wrong q) are seen.
 
 The checked code is run as it is written: its torch/numpy/`random` draws are routed to the
-enumeration by `casspec_ref.proof.adapters`. The verdict is one of LOSSLESS, NOT LOSSLESS (the
-law differs by more than the tolerance, or the output breaks the contract), NOT CHECKABLE
-(randomness the oracle does not see, named by case and draw), CHECKED CODE FAILED (it raised,
-exited or timed out: the case and the traceback are reported) and REFUSED (``exact`` mode on code
-whose probabilities are floats: exact arithmetic would judge float rounding, not the algorithm).
-The checked code cannot change the verdict by exiting, by a KeyboardInterrupt or by printing:
-its stdout is captured. Each case has a timeout.
+enumeration by `casspec_ref.proof.adapters`, its calling convention is one of
+`casspec_ref.proof.signatures`, and TorchScript or torch.compile in its reach is found by
+`casspec_ref.proof.reach`. The verdict is one of LOSSLESS, NOT LOSSLESS (the law differs by more
+than the tolerance), REFUSED (``exact`` mode on code whose probabilities are floats, or no case
+selected), and four that give no verdict on losslessness: CONTRACT ERROR (a signature or a
+returned value outside the calling convention), NOT CHECKABLE (randomness the oracle does not
+see, with its call site), CHECKED CODE FAILED (it raised, exited, or its first call timed out:
+the case and the traceback are reported) and INCONCLUSIVE (the oracle's own budget ran out, or a
+total variation lies within the pruning bound of the tolerance). The checked code cannot change
+the verdict by exiting, by a KeyboardInterrupt or by printing: its stdout is captured. Each case
+has a timeout.
 """
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import functools
 import importlib
@@ -59,12 +64,31 @@ from casspec_ref.proof.cases import (
 )
 from casspec_ref.proof.enumerate import (
     EnumeratingSource,
+    EnumerationBudgetError,
+    EnumerationStats,
+    HiddenRandomnessError,
     Law,
     NotCheckableError,
     exact_law,
     total_variation,
 )
 from casspec_ref.proof.harness import ToyLM, ar_law, draft_tree
+from casspec_ref.proof.reach import (
+    TORCHSCRIPT_SWITCH,
+    eager_compiled,
+    first_divergence,
+    hidden_paths,
+    import_without_torchscript,
+)
+from casspec_ref.proof.signatures import (
+    SIGNATURES,
+    ContractViolation,
+    Signature,
+    call_chain,
+    get_signature,
+    prepare,
+    tokens_of,
+)
 from casspec_ref.sampling import RandomSource
 from casspec_ref.tree import DraftTree
 
@@ -74,14 +98,34 @@ from casspec_ref.tree import DraftTree
 TOLERANCE_PRESETS = {"float64": 1e-9, "float32": 1e-5, "exact": 0.0}
 DEFAULT_TIMEOUT = 60.0
 
-VERDICTS = ("LOSSLESS", "NOT LOSSLESS", "NOT CHECKABLE", "CHECKED CODE FAILED", "REFUSED")
+VERDICTS = (
+    "LOSSLESS",
+    "NOT LOSSLESS",
+    "REFUSED",
+    "CONTRACT ERROR",
+    "NOT CHECKABLE",
+    "CHECKED CODE FAILED",
+    "INCONCLUSIVE",
+)
+#: 0 lossless, 1 not lossless, 2 usage, 3 no verdict on losslessness (and why).
 EXIT_CODES = {
     "LOSSLESS": 0,
     "NOT LOSSLESS": 1,
     "REFUSED": 2,
+    "CONTRACT ERROR": 3,
     "NOT CHECKABLE": 3,
     "CHECKED CODE FAILED": 3,
+    "INCONCLUSIVE": 3,
 }
+
+#: An enumeration branch whose probability is below tolerance * PRUNE_FACTOR is not run: the
+#: total mass pruned in a case bounds the error of its total variation by half that mass, which
+#: the report states and which the verdict takes into account.
+PRUNE_FACTOR = 1e-6
+
+#: A failing total variation below this, on code that computes in float32 or bfloat16, is
+#: reported as probably rounding, with the float32 preset suggested.
+ROUNDING_HINT_TV = 1e-6
 
 
 # ---------------------------------------------------------------------------------------------
@@ -221,7 +265,37 @@ class ToyModel:
 
 @dataclass
 class CheckReport:
-    """The verdict of a check, with what it is based on."""
+    """The verdict of a check, with what it is based on.
+
+    Attributes (JSON key in brackets where it differs, see `JSON_KEYS`):
+        lossless: True only for the verdict LOSSLESS.
+        worst_tv [worst_total_variation]: the largest total variation of a case's law from
+            plain decoding, over the cases that ran.
+        worst_case: the name of that case ("" when no case ran).
+        n_cases [cases]: the number of cases selected.
+        tolerance: the tolerance on the total variation (0 in exact mode).
+        failing_cases: the cases whose law differs by more than the tolerance.
+        counterexample [minimal_counterexample]: the first failing case (cases run smallest
+            first) with its laws at the root, ``first_difference`` and ``worst_outcomes``; or,
+            for a contract error, the case and ``contract_violation``; None otherwise.
+        verdict: LOSSLESS, NOT LOSSLESS, REFUSED, CONTRACT ERROR, NOT CHECKABLE, CHECKED CODE
+            FAILED or INCONCLUSIVE (`VERDICTS`).
+        mode: chain, tree or loop.
+        exact: whether the laws were rational (Fractions).
+        families: the case families that ran.
+        violations [contract_violations]: the contract errors, each with case, output, reason.
+        error: why there is no verdict on losslessness (None with a verdict).
+        error_case: the case the error happened in.
+        traceback: the checked code's traceback when it raised.
+        stdout_chars [checked_code_stdout_chars]: characters the checked code printed (captured).
+        seconds: the wall time of the check.
+        notes: remarks that do not change the verdict (rounding, routed TorchScript, pruning).
+        signature: the calling convention the checked code was called with.
+        pruned_mass: the largest probability mass, over the cases, of the enumeration branches
+            not run because their probability was below ``prune_below``; each case's total
+            variation is known to within half its pruned mass, and the verdict allows for it.
+        prune_below: the branch probability below which a branch is not run (0: none pruned).
+    """
 
     lossless: bool
     worst_tv: float
@@ -241,6 +315,9 @@ class CheckReport:
     stdout_chars: int = 0
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+    signature: str = "chain"
+    pruned_mass: float = 0.0
+    prune_below: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.verdict:
@@ -248,30 +325,16 @@ class CheckReport:
 
     @property
     def exit_code(self) -> int:
-        """0 lossless, 1 not lossless, 2 refused (usage), 3 not checkable or the code failed."""
+        """0 lossless, 1 not lossless, 2 refused (usage), 3 no verdict: a contract error, not
+        checkable, the checked code failed, or inconclusive (the oracle's budget ran out)."""
         return EXIT_CODES[self.verdict]
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "verdict": self.verdict,
-            "lossless": self.lossless,
-            "mode": self.mode,
-            "exact": self.exact,
-            "worst_total_variation": self.worst_tv,
-            "worst_case": self.worst_case,
-            "cases": self.n_cases,
-            "families": self.families,
-            "tolerance": self.tolerance,
-            "failing_cases": self.failing_cases,
-            "contract_violations": self.violations,
-            "minimal_counterexample": self.counterexample,
-            "error": self.error,
-            "error_case": self.error_case,
-            "traceback": self.traceback,
-            "checked_code_stdout_chars": self.stdout_chars,
-            "seconds": round(self.seconds, 3),
-            "notes": self.notes,
-        }
+        """The report as JSON-ready data, keyed by `JSON_KEYS` (plus ``exit_code``)."""
+        out: dict[str, Any] = {key: getattr(self, attr) for attr, key in JSON_KEYS.items()}
+        out["seconds"] = round(self.seconds, 3)
+        out["exit_code"] = self.exit_code
+        return out
 
     def format(self) -> str:
         exact = ", exact" if self.exact else ""
@@ -283,36 +346,58 @@ class CheckReport:
             )
         else:
             head = f"{self.verdict} (no verdict on losslessness; {self.mode} check{exact})"
+        if self.signature != self.mode:
+            head += f" [signature {self.signature}]"
         lines = [head, f"families: {', '.join(self.families)}"]
         if self.error:
             lines.append(f"{self.error_case}: {self.error}" if self.error_case else self.error)
         if self.traceback:
             lines.append(self.traceback.rstrip())
-        if self.violations:
-            lines.append("contract violations:")
-            lines += [
-                f"  {v['case']}: {v['reason']} (output {v['output']})" for v in self.violations
-            ]
         if self.counterexample is not None:
-            lines.append(f"failing cases: {', '.join(self.failing_cases)}")
-            lines.append("minimal counterexample:")
+            if self.failing_cases:
+                lines.append(f"failing cases: {', '.join(self.failing_cases)}")
+            label = "case" if self.verdict == "CONTRACT ERROR" else "minimal counterexample"
+            lines.append(f"{label}:")
             lines.append(json.dumps(self.counterexample, indent=2, default=str))
+        if self.pruned_mass:
+            lines.append(
+                f"pruned: branches of probability below {self.prune_below:.0e} were not run; "
+                f"at most {self.pruned_mass:.1e} of a case's mass, so each total variation is "
+                f"exact to within {self.pruned_mass / 2:.1e}"
+            )
         lines += self.notes
         return "\n".join(lines)
+
+
+#: Attribute of `CheckReport` -> its key in `CheckReport.to_json` (tests pin this mapping).
+JSON_KEYS = {
+    "verdict": "verdict",
+    "lossless": "lossless",
+    "mode": "mode",
+    "signature": "signature",
+    "exact": "exact",
+    "worst_tv": "worst_total_variation",
+    "worst_case": "worst_case",
+    "n_cases": "cases",
+    "families": "families",
+    "tolerance": "tolerance",
+    "failing_cases": "failing_cases",
+    "violations": "contract_violations",
+    "counterexample": "minimal_counterexample",
+    "error": "error",
+    "error_case": "error_case",
+    "traceback": "traceback",
+    "stdout_chars": "checked_code_stdout_chars",
+    "seconds": "seconds",
+    "notes": "notes",
+    "pruned_mass": "pruned_mass",
+    "prune_below": "prune_below",
+}
 
 
 # ---------------------------------------------------------------------------------------------
 # Isolation
 # ---------------------------------------------------------------------------------------------
-
-
-class ContractViolation(Exception):
-    """The checked code returned something outside its contract."""
-
-    def __init__(self, output: Any, reason: str) -> None:
-        super().__init__(reason)
-        self.output = output
-        self.reason = reason
 
 
 class CheckedCodeFailed(Exception):
@@ -367,38 +452,6 @@ class _Sandbox:
             self.stdout_chars += len(buffer.getvalue())
 
 
-def _takes_rng(fn: Callable[..., Any], positional: int) -> bool:
-    """Whether ``fn`` takes the random source: a parameter named ``rng``, or more than
-    ``positional`` required positional parameters."""
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return True
-    if "rng" in params:
-        return True
-    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params.values()):
-        return True
-    required = [p for p in params.values() if p.kind in kinds and p.default is p.empty]
-    return len(required) > positional
-
-
-def _tokens(output: Any, vocab: int) -> list[int]:
-    """The output as a list of token ids, or a `ContractViolation`."""
-    if isinstance(output, torch.Tensor | np.ndarray):
-        output = output.reshape(-1).tolist()
-    if not isinstance(output, list | tuple):
-        raise ContractViolation(repr(output)[:80], f"returned {type(output).__name__}, not tokens")
-    out = []
-    for t in output:
-        if isinstance(t, bool) or not isinstance(t, int | np.integer):
-            raise ContractViolation(list(output), f"token {t!r} is not an integer")
-        if not 0 <= int(t) < vocab:
-            raise ContractViolation(list(output), f"token {int(t)} is outside 0..{vocab - 1}")
-        out.append(int(t))
-    return out
-
-
 # ---------------------------------------------------------------------------------------------
 # The engine
 # ---------------------------------------------------------------------------------------------
@@ -417,6 +470,9 @@ def _run_cases(
     timeout: float | None,
     adapters: bool,
     max_paths: int,
+    signature: Signature | None = None,
+    start: Callable[[], None] | None = None,
+    target: Any = None,
 ) -> CheckReport:
     tol = _tolerance(tolerance, exact)
     sandbox = _Sandbox()
@@ -424,67 +480,196 @@ def _run_cases(
     families = list(dict.fromkeys(c.family for c in cases))
     report = CheckReport(True, 0.0, "", len(cases), tol, [], None, mode=mode, exact=exact)
     report.families = families
+    report.signature = signature.name if signature is not None else mode
+    report.prune_below = 0.0 if exact else tol * PRUNE_FACTOR
     if not cases:
         return _finish(report, "REFUSED", "no case matches the filters", None, sandbox, started)
+    if start is not None:
+        try:
+            start()
+        except ContractViolation as violation:
+            return _contract_error(report, None, violation, sandbox, started)
+    hidden = hidden_paths(target) if target is not None and adapters else []
+    scripted = [h for h in hidden if h.kind == "TorchScript"]
+    if scripted:
+        text = (
+            "not checkable: randomness the oracle does not see: "
+            + "; ".join(h.describe() for h in scripted)
+            + " runs in TorchScript, whose draws bypass the adapters. Import the checked code "
+            f"with TorchScript disabled: {TORCHSCRIPT_SWITCH} in the environment before torch is "
+            "imported, or casspec_ref.proof.import_without_torchscript(MODULE); the command "
+            "line (oracle check) does this itself"
+        )
+        return _finish(report, "NOT CHECKABLE", text, None, sandbox, started)
+    compiled = [h for h in hidden if h.kind == "torch.compile"]
+    if compiled:
+        report.notes.append(
+            "routed: " + "; ".join(h.describe() for h in compiled) + " ran eagerly "
+            "(torch._dynamo.config.disable) so that its draws reach the oracle"
+        )
     routes: contextlib.AbstractContextManager[Draws | None] = (
         route_all(None) if adapters else contextlib.nullcontext()  # type: ignore[arg-type]
     )
-    with routes as book, _one_torch_thread():
+    eager = eager_compiled() if compiled else contextlib.nullcontext()
+    low_precision: set[str] = set()
+    with routes as book, _one_torch_thread(), eager:
         for case in cases:
-            step, want = build(case, sandbox)
+            verdict = _run_case(case, build, report, sandbox, book, timeout, max_paths)
+            if book is not None:
+                low_precision |= book.low_precision
+            if verdict is not None:
+                name, error, case_name, trace = verdict
+                return _finish(report, name, error, case_name, sandbox, started, trace)
+    if report.failing_cases:
+        _rounding_note(report, low_precision)
+        return _finish(report, "NOT LOSSLESS", None, None, sandbox, started)
+    if report.verdict == "INCONCLUSIVE":
+        return _finish(report, "INCONCLUSIVE", report.error, report.error_case, sandbox, started)
+    return _finish(report, "LOSSLESS", None, None, sandbox, started)
 
-            def run(source: RandomSource, step: Step = step) -> tuple[int, ...]:
-                if book is not None:
-                    book.reset(source)
-                return step(source)
 
-            floats: list[str] = []
+def _run_case(
+    case: Case,
+    build: Callable[[Case, _Sandbox], tuple[Step, Law]],
+    report: CheckReport,
+    sandbox: _Sandbox,
+    book: Draws | None,
+    timeout: float | None,
+    max_paths: int,
+) -> tuple[str, str, str, str | None] | None:
+    """Run one case into ``report``; a (verdict, error, case, traceback) that ends the check."""
+    step, want = build(case, sandbox)
 
-            def on_run(source: EnumeratingSource, floats: list[str] = floats) -> None:
-                if source.float_inputs and not floats:
-                    floats.append(source.first_float_draw)
+    def run(source: RandomSource) -> tuple[int, ...]:
+        if book is not None:
+            book.reset(source)
+        return step(source)
 
-            try:
-                with _deadline(timeout):
-                    got = exact_law(run, exact=exact, recheck=8, on_run=on_run, max_paths=max_paths)
-            except ContractViolation as violation:
-                item = {"case": case.name, "output": violation.output, "reason": violation.reason}
-                report.violations.append(item)
-                report.failing_cases.append(case.name)
-                if report.counterexample is None:
-                    report.counterexample = {**_case_json(case), "contract_violation": item}
-                continue
-            except NotCheckableError as err:
-                return _finish(report, "NOT CHECKABLE", str(err), case.name, sandbox, started)
-            except CheckedCodeFailed as err:
-                text = f"the checked code raised {err}"
-                if exact:
-                    text += (
-                        " (exact mode hands it Fractions in object arrays; float code, torch code "
-                        "included, is checked without exact)"
-                    )
-                return _finish(
-                    report, "CHECKED CODE FAILED", text, case.name, sandbox, started, err.trace
-                )
-            except CaseTimeout as err:
-                text = f"the checked code {err} (timeout per case)"
-                return _finish(report, "CHECKED CODE FAILED", text, case.name, sandbox, started)
-            if exact and floats:
-                text = (
-                    f"exact mode: floats reached the random source (at draw {floats[0]}); exact "
-                    "arithmetic would judge their rounding, not the algorithm. Check float code "
-                    "without exact (float64), or with tolerance 'float32'"
-                )
-                return _finish(report, "REFUSED", text, case.name, sandbox, started)
-            tv = float(total_variation(got, want))
-            if tv > report.worst_tv or not report.worst_case:
-                report.worst_tv, report.worst_case = tv, case.name
-            if tv > tol:
-                report.failing_cases.append(case.name)
-                if report.counterexample is None:
-                    report.counterexample = _describe(case, got, want, tv, tol)
-    verdict = "NOT LOSSLESS" if report.failing_cases else "LOSSLESS"
-    return _finish(report, verdict, None, None, sandbox, started)
+    floats: list[str] = []
+
+    def on_run(source: EnumeratingSource) -> None:
+        if source.float_inputs and not floats:
+            floats.append(source.first_float_draw)
+
+    stats = EnumerationStats()
+    try:
+        with _deadline(timeout):
+            got = exact_law(
+                run,
+                exact=report.exact,
+                recheck=8,
+                on_run=on_run,
+                max_paths=max_paths,
+                prune_below=report.prune_below,
+                stats=stats,
+            )
+    except ContractViolation as violation:
+        _contract_error(report, case, violation, sandbox, None)
+        return ("CONTRACT ERROR", report.error or "", case.name, None)
+    except HiddenRandomnessError as err:
+        return ("NOT CHECKABLE", _located(err, run, report.exact), case.name, None)
+    except NotCheckableError as err:
+        return ("NOT CHECKABLE", str(err), case.name, None)
+    except CheckedCodeFailed as err:
+        text = f"the checked code raised {err}"
+        if report.exact:
+            text += (
+                " (exact mode hands it Fractions in object arrays; float code, torch code "
+                "included, is checked without exact)"
+            )
+        return ("CHECKED CODE FAILED", text, case.name, err.trace)
+    except CaseTimeout as err:
+        if stats.runs == 0:  # one call of the checked code took the whole time
+            text = f"the checked code {err} in its first call (timeout per case)"
+            return ("CHECKED CODE FAILED", text, case.name, None)
+        text = (
+            f"INCONCLUSIVE: budget: the enumeration {err} after {stats.runs} complete runs of "
+            "the checked code (the oracle's budget, not a fault of the code); raise --timeout "
+            "or check fewer cases (--family, --vocab, --k)"
+        )
+        return ("INCONCLUSIVE", text, case.name, None)
+    except EnumerationBudgetError as err:
+        text = f"INCONCLUSIVE: budget: {err} (raise max_paths or check fewer cases)"
+        return ("INCONCLUSIVE", text, case.name, None)
+    if report.exact and floats:
+        text = (
+            f"exact mode: floats reached the random source (at draw {floats[0]}); exact "
+            "arithmetic would judge their rounding, not the algorithm. Check float code "
+            "without exact (float64), or with tolerance 'float32'"
+        )
+        return ("REFUSED", text, case.name, None)
+    _judge(case, got, want, stats.pruned_mass, report)
+    return None
+
+
+def _located(err: HiddenRandomnessError, run: Callable[[RandomSource], Any], exact: bool) -> str:
+    """The error's message with the call site of the hidden draw, found by replaying the path
+    on which it showed twice and comparing the checked code's variables line by line."""
+
+    def replay() -> None:
+        run(EnumeratingSource(err.forced, exact))
+
+    with _deadline(DEFAULT_TIMEOUT):
+        try:
+            site = first_divergence(replay)
+        except CaseTimeout:
+            site = None
+    if site is None:
+        return f"{err}; call site not found (the two replays did not differ)"
+    return (
+        f"{err}; call site: {site} (the variables of two runs with the same draws first differ "
+        "after this line)"
+    )
+
+
+def _judge(case: Case, got: Law, want: Law, pruned: float, report: CheckReport) -> None:
+    """Compare one case's law with plain decoding, allowing for the mass pruned."""
+    tv = float(total_variation(got, want))
+    report.pruned_mass = max(report.pruned_mass, pruned)
+    if tv > report.worst_tv or not report.worst_case:
+        report.worst_tv, report.worst_case = tv, case.name
+    if tv - pruned / 2 > report.tolerance:
+        report.failing_cases.append(case.name)
+        if report.counterexample is None:
+            report.counterexample = _describe(case, got, want, tv, report.tolerance)
+    elif tv + pruned / 2 > report.tolerance and report.verdict != "INCONCLUSIVE":
+        report.verdict = "INCONCLUSIVE"
+        report.error_case = case.name
+        report.error = (
+            f"INCONCLUSIVE: pruning: total variation {tv:.3e} is within half the pruned mass "
+            f"({pruned:.1e}) of the tolerance {report.tolerance:.1e}"
+        )
+
+
+def _contract_error(
+    report: CheckReport,
+    case: Case | None,
+    violation: ContractViolation,
+    sandbox: _Sandbox,
+    started: float | None,
+) -> CheckReport:
+    name = case.name if case is not None else "-"
+    item = {"case": name, "output": violation.output, "reason": violation.reason}
+    report.violations.append(item)
+    report.counterexample = {**(_case_json(case) if case else {}), "contract_violation": item}
+    report.error = f"{violation.reason}; got {violation.output!r}"
+    if started is None:
+        return report
+    return _finish(report, "CONTRACT ERROR", report.error, None, sandbox, started)
+
+
+def _rounding_note(report: CheckReport, low_precision: set[str]) -> None:
+    if report.worst_tv >= ROUNDING_HINT_TV or report.tolerance >= TOLERANCE_PRESETS["float32"]:
+        return
+    if low_precision:
+        what = f"the checked code computes in {', '.join(sorted(low_precision))}"
+    else:
+        what = "if the checked code computes in float32 or bfloat16"
+    report.notes.append(
+        f"note: the worst total variation {report.worst_tv:.1e} is below {ROUNDING_HINT_TV:g} "
+        f"and {what}: this is likely rounding, not the algorithm; rerun with --tolerance "
+        "float32 (tolerance='float32')"
+    )
 
 
 @contextlib.contextmanager
@@ -624,7 +809,12 @@ def _finish_with_ar(
 
 
 def _chain_step(
-    fn: ChainVerifier, with_rng: bool, sandbox: _Sandbox, case: CheckCase, rng: RandomSource
+    fn: Callable[..., Any],
+    signature: Signature,
+    with_rng: bool,
+    sandbox: _Sandbox,
+    case: CheckCase,
+    rng: RandomSource,
 ) -> tuple[int, ...]:
     """Draft K tokens from the case's draft model, call ``fn``, finish with AR to K+1 tokens."""
     tokens: list[int] = []
@@ -640,20 +830,23 @@ def _chain_step(
         top_k=case.top_k,
         top_p=case.top_p,
     )
-    args = (inputs, rng) if with_rng else (inputs,)
-    out = _tokens(sandbox.call(fn, *args), case.vocab_size)
+    out = call_chain(fn, signature, inputs, rng, with_rng, sandbox.call)
     k = case.draft_length
     if not 1 <= len(out) <= k + 1:
-        raise ContractViolation(out, f"returned {len(out)} tokens; a step emits 1 to {k + 1}")
+        raise ContractViolation(
+            out, f"returned {len(out)} tokens; a step emits 1 to {k + 1}: {signature.contract}"
+        )
     if out[:-1] != list(tokens[: len(out) - 1]):
         raise ContractViolation(
-            out, f"the tokens before the last are not a prefix of the drafts {list(tokens)}"
+            out,
+            f"the tokens before the last are not a prefix of the drafts {list(tokens)}: "
+            f"{signature.contract}",
         )
     return _finish_with_ar(out, case.target, case.context, k + 1, rng)
 
 
 def check_verifier(
-    fn: ChainVerifier,
+    fn: Callable[..., Any],
     *,
     cases: Sequence[CheckCase] | None = None,
     exact: bool = False,
@@ -664,6 +857,7 @@ def check_verifier(
     timeout: float | None = DEFAULT_TIMEOUT,
     adapters: bool = True,
     max_paths: int = 1_000_000,
+    signature: str = "chain",
 ) -> CheckReport:
     """Say whether the chain verifier ``fn`` is lossless, by exact laws over ``cases``.
 
@@ -672,17 +866,25 @@ def check_verifier(
     variation is a number or a preset ("float64": 1e-9, the default; "float32": 1e-5); it is 0
     with ``exact=True`` (Fractions). ``families``/``vocab``/``k`` filter the catalogue.
     ``adapters`` routes torch/numpy/`random` draws to the enumeration (`route_all`).
+    ``signature`` names the calling convention (`casspec_ref.proof.signatures`): "chain"
+    (``fn(inputs[, rng])``), "plain", "hf" or "vllm-v0".
     """
+    sig = get_signature(signature)
+    if sig.mode != "chain":
+        raise ValueError(f"signature {signature!r} is for {sig.mode} verifiers")
     if cases is None:
         with _one_torch_thread():
             cases = default_cases(exact=exact)
     _check_families(families, CHAIN_FAMILIES, "chain")
     selected = select_cases(cases, families=families, vocab=vocab, k=k)
-    with_rng = _takes_rng(fn, 1)
+    prepared: list[Any] = []
+
+    def start() -> None:
+        prepared.extend(prepare(fn, sig))
 
     def build(case: Case, sandbox: _Sandbox) -> tuple[Step, Law]:
         assert isinstance(case, CheckCase)
-        step = functools.partial(_chain_step, fn, with_rng, sandbox, case)
+        step = functools.partial(_chain_step, prepared[0], sig, prepared[1], sandbox, case)
         return step, ar_law(case.target, case.context, case.draft_length + 1, exact=exact)
 
     return _run_cases(
@@ -694,6 +896,9 @@ def check_verifier(
         timeout=timeout,
         adapters=adapters,
         max_paths=max_paths,
+        signature=sig,
+        start=start,
+        target=fn,
     )
 
 
@@ -718,7 +923,7 @@ class TreeVerifierFunction(Protocol):
 
 
 def _tree_step(
-    fn: TreeVerifierFunction,
+    fn: Callable[..., Any],
     with_rng: bool,
     sandbox: _Sandbox,
     case: TreeCase,
@@ -727,15 +932,20 @@ def _tree_step(
     tree, contexts = draft_tree(case.spec, case.context, case.drafts, rng)
     inputs = TreeInputs.from_tree(tree, [case.target.law(c) for c in contexts])
     args = (inputs, rng) if with_rng else (inputs,)
-    out = _tokens(sandbox.call(fn, *args), case.vocab_size)
+    contract = SIGNATURES["tree"]
+    out = tokens_of(sandbox.call(fn, *args), case.vocab_size, contract)
     depth = tree.max_depth
     if not 1 <= len(out) <= depth + 1:
-        raise ContractViolation(out, f"returned {len(out)} tokens; a step emits 1 to {depth + 1}")
+        raise ContractViolation(
+            out, f"returned {len(out)} tokens; a step emits 1 to {depth + 1}: {contract.contract}"
+        )
     node = 0
     for token in out[:-1]:
         matches = [c for c in tree.children(node) if tree.token(c) == token]
         if not matches:
-            raise ContractViolation(out, "the tokens before the last are not a path of the tree")
+            raise ContractViolation(
+                out, f"the tokens before the last are not a path of the tree: {contract.contract}"
+            )
         node = matches[0]
     return _finish_with_ar(out, case.target, case.context, depth + 1, rng)
 
@@ -766,11 +976,14 @@ def check_tree_verifier(
             cases = tree_cases(exact=exact)
     _check_families(families, TREE_FAMILIES, "tree")
     selected = select_cases(cases, families=families, vocab=vocab, k=k)
-    with_rng = _takes_rng(fn, 1)
+    prepared: list[Any] = []
+
+    def start() -> None:
+        prepared.extend(prepare(fn, SIGNATURES["tree"]))
 
     def build(case: Case, sandbox: _Sandbox) -> tuple[Step, Law]:
         assert isinstance(case, TreeCase)
-        step = functools.partial(_tree_step, fn, with_rng, sandbox, case)
+        step = functools.partial(_tree_step, prepared[0], prepared[1], sandbox, case)
         return step, ar_law(case.target, case.context, case.draft_length + 1, exact=exact)
 
     return _run_cases(
@@ -782,6 +995,9 @@ def check_tree_verifier(
         timeout=timeout,
         adapters=adapters,
         max_paths=max_paths,
+        signature=SIGNATURES["tree"],
+        start=start,
+        target=fn,
     )
 
 
@@ -811,6 +1027,15 @@ class GenerateFunction(Protocol):
     ) -> Sequence[int]: ...
 
 
+LOOP_CONTRACT = Signature(
+    "loop",
+    "loop",
+    "generate(target, draft, prompt, max_new_tokens, temperature[, rng]) returning at least "
+    "max_new_tokens new token ids (the prompt excluded)",
+    5,
+)
+
+
 def _loop_step(
     fn: GenerateFunction, with_rng: bool, sandbox: _Sandbox, case: LoopCase, rng: RandomSource
 ) -> tuple[int, ...]:
@@ -819,10 +1044,12 @@ def _loop_step(
     output = sandbox.call(
         fn, target, draft, list(case.prompt), case.n_tokens, case.temperature, **kwargs
     )
-    out = _tokens(output, case.vocab_size)
+    out = tokens_of(output, case.vocab_size, LOOP_CONTRACT)
     if len(out) < case.n_tokens:
         raise ContractViolation(
-            out, f"returned {len(out)} new tokens; max_new_tokens was {case.n_tokens}"
+            out,
+            f"returned {len(out)} new tokens; max_new_tokens was {case.n_tokens}: "
+            f"{LOOP_CONTRACT.contract}",
         )
     return tuple(out[: case.n_tokens])
 
@@ -866,6 +1093,8 @@ def check_loop(
         timeout=timeout,
         adapters=True,
         max_paths=max_paths,
+        signature=LOOP_CONTRACT,
+        target=fn,
     )
 
 
@@ -885,6 +1114,20 @@ def add_oracle_arguments(check: Any) -> None:
         "--loop",
         action="store_true",
         help="FUNCTION is a whole generate(target, draft, prompt, max_new_tokens, temperature)",
+    )
+    check.add_argument(
+        "--signature",
+        choices=list(SIGNATURES),
+        default=None,
+        help="the calling convention of FUNCTION (default chain; tree as --tree): "
+        + "; ".join(f"{name}: {sig.contract}" for name, sig in SIGNATURES.items()),
+    )
+    check.add_argument(
+        "--option",
+        action="append",
+        metavar="NAME=VALUE",
+        help="a keyword argument passed to FUNCTION on every call (VALUE a Python literal), "
+        "e.g. assistant_ensemble_weight=0.5 (repeatable)",
     )
     check.add_argument("--json", action="store_true", help="print the report as JSON")
     check.add_argument(
@@ -915,6 +1158,8 @@ def run_oracle_args(args: Any, stream: TextIO | None = None) -> int:
     return run_check_command(
         args.target,
         mode=mode,
+        signature=getattr(args, "signature", None),
+        options=getattr(args, "option", None),
         as_json=args.json,
         exact=args.exact,
         tolerance=getattr(args, "tolerance", None),
@@ -926,33 +1171,67 @@ def run_oracle_args(args: Any, stream: TextIO | None = None) -> int:
     )
 
 
-def _load(target: str) -> Callable[..., Any]:
+def _load(target: str, notes: list[str]) -> Callable[..., Any]:
+    """Import MODULE:FUNCTION. When FUNCTION reaches TorchScript, import it again with
+    TorchScript disabled (a note in ``notes`` says so)."""
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
         raise ValueError(f"target must be MODULE:FUNCTION, got {target!r}")
     if "" not in sys.path and "." not in sys.path:
         sys.path.insert(0, "")
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):  # prints at import cannot break --json
-            module = importlib.import_module(module_name)
-    except ImportError as err:
-        raise ValueError(f"cannot import module {module_name!r}: {err}") from None
-    except BaseException as err:  # the module itself failed while importing
-        raise ValueError(f"importing {module_name!r} raised {type(err).__name__}: {err}") from None
-    fn: Any = module
-    for part in attr.split("."):
-        fn = getattr(fn, part, None)
-        if fn is None:
-            raise ValueError(f"{module_name!r} has no attribute {attr!r}")
-    if not callable(fn):
-        raise ValueError(f"{target!r} is not callable")
+
+    def load() -> Any:
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):  # prints at import keep --json valid
+                module = importlib.import_module(module_name)
+        except ImportError as err:
+            raise ValueError(f"cannot import module {module_name!r}: {err}") from None
+        except BaseException as err:  # the module itself failed while importing
+            raise ValueError(
+                f"importing {module_name!r} raised {type(err).__name__}: {err}"
+            ) from None
+        fn: Any = module
+        for part in attr.split("."):
+            fn = getattr(fn, part, None)
+            if fn is None:
+                raise ValueError(f"{module_name!r} has no attribute {attr!r}")
+        if not callable(fn):
+            raise ValueError(f"{target!r} is not callable")
+        return fn
+
+    fn = load()
+    scripted = [h for h in hidden_paths(fn) if h.kind == "TorchScript"]
+    if scripted:
+        with contextlib.redirect_stdout(io.StringIO()):
+            import_without_torchscript(module_name, tuple(h.module for h in scripted))
+        fn = load()
+        notes.append(
+            "routed: " + "; ".join(h.describe() for h in scripted) + " is TorchScript; the "
+            f"code was imported again with TorchScript disabled (as {TORCHSCRIPT_SWITCH} does), "
+            "so that its draws reach the oracle"
+        )
     return fn  # type: ignore[no-any-return]
+
+
+def _options(options: Sequence[str] | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in options or ():
+        name, sep, value = item.partition("=")
+        if not sep or not name.isidentifier():
+            raise ValueError(f"--option must be NAME=VALUE, got {item!r}")
+        try:
+            out[name] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            raise ValueError(f"--option {name}: {value!r} is not a Python literal") from None
+    return out
 
 
 def run_check_command(
     target: str,
     *,
     mode: str = "chain",
+    signature: str | None = None,
+    options: Sequence[str] | None = None,
     as_json: bool = False,
     exact: bool = False,
     tolerance: float | str | None = None,
@@ -969,25 +1248,38 @@ def run_check_command(
     if mode not in ("chain", "tree", "loop"):
         print(f"error: mode must be chain, tree or loop, got {mode!r}", file=sys.stderr)
         return 2
+    notes: list[str] = []
     try:
-        fn = _load(target)
+        if signature is not None:
+            sig = get_signature(signature)
+            if mode != "chain" and sig.mode != mode:
+                raise ValueError(f"--signature {signature} checks {sig.mode} verifiers")
+            mode = sig.mode
+        keywords = _options(options)
         _tolerance(tolerance, exact)
         if mode == "loop" and exact:
             raise ValueError("--exact is not available with --loop (toy models are float64)")
+        fn = _load(target, notes)
+        if keywords:
+            fn = functools.partial(fn, **keywords)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    options: dict[str, Any] = dict(tolerance=tolerance, families=families, vocab=vocab)
+    common: dict[str, Any] = dict(tolerance=tolerance, families=families, vocab=vocab)
     try:
         if mode == "chain":
-            report = check_verifier(fn, exact=exact, k=k, timeout=timeout, **options)
+            sig_name = signature or "chain"
+            report = check_verifier(
+                fn, exact=exact, k=k, timeout=timeout, signature=sig_name, **common
+            )
         elif mode == "tree":
-            report = check_tree_verifier(fn, exact=exact, k=k, timeout=timeout, **options)
+            report = check_tree_verifier(fn, exact=exact, k=k, timeout=timeout, **common)
         else:
-            report = check_loop(fn, timeout=timeout, **options)
+            report = check_loop(fn, timeout=timeout, **common)
     except ValueError as err:  # bad filters
         print(f"error: {err}", file=sys.stderr)
         return 2
+    report.notes[:0] = notes
     if as_json:
         print(json.dumps({"target": target, **report.to_json()}, indent=2, default=str), file=out)
     else:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Hashable
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
@@ -52,8 +53,22 @@ class HiddenRandomnessError(NonDeterministicFunctionError):
 
     PREFIX = "not checkable: randomness the oracle does not see"
 
-    def __init__(self, detail: str) -> None:
+    def __init__(self, detail: str, forced: tuple[tuple[str, int], ...] = ()) -> None:
         super().__init__(f"{self.PREFIX}: {detail}")
+        #: The decisions replayed when it showed (to run that path again and locate it).
+        self.forced = forced
+
+
+class EnumerationBudgetError(ValueError):
+    """The enumeration needs more runs than its budget allows: no law, and no verdict."""
+
+
+@dataclass
+class EnumerationStats:
+    """What one `exact_law` call did: the runs it made and the mass of the branches it pruned."""
+
+    runs: int = 0
+    pruned_mass: float = 0.0
 
 
 class EnumeratingSource:
@@ -64,7 +79,9 @@ class EnumeratingSource:
     ``draws`` names each decision (for error messages); ``float_inputs`` counts the decisions
     whose probabilities arrived as floats (which matters in exact mode). ``names`` are the draws
     of the forced decisions in the earlier run, and ``hint`` ends the message of a replay that
-    differs from it (both for error messages only).
+    differs from it (both for error messages only). With ``prune_below`` > 0 (float64 only), a
+    new decision takes its most probable option, and an untaken option whose path probability
+    is below ``prune_below`` is not recorded: its mass is added to ``pruned``.
     """
 
     def __init__(
@@ -73,8 +90,11 @@ class EnumeratingSource:
         exact: bool,
         names: tuple[str, ...] = (),
         hint: str = "",
+        prune_below: float = 0.0,
     ) -> None:
         self.forced = forced
+        self.prune_below = prune_below
+        self.pruned: Prob = 0.0
         self.names = names
         self.hint = hint
         self.exact = exact
@@ -107,10 +127,25 @@ class EnumeratingSource:
                 raise HiddenRandomnessError(
                     f"draw #{depth + 1} ({name}) differs from an earlier run after the same "
                     f"decisions (expected {self.earlier(depth)}{forced_kind} option {choice})"
-                    + self.hint
+                    + self.hint,
+                    self.forced,
                 )
             prob = matches[0]
             self.untaken.append([])
+        elif self.prune_below > 0:
+            probs = [p for _, p in options]
+            best = probs.index(max(probs))
+            choice, prob = options[best]
+            floor = self.prune_below / self.weight if self.weight > 0 else math.inf
+            if min(probs) >= floor:  # nothing to prune (the common case)
+                del options[best]
+                self.untaken.append([(kind, option) for option, _ in options])
+            else:
+                self.untaken.append(
+                    [(kind, o) for i, (o, p) in enumerate(options) if p >= floor and i != best]
+                )
+                small = sum(p for i, p in enumerate(probs) if p < floor and i != best)
+                self.pruned += self.weight * small
         else:
             choice, prob = options[0]
             self.untaken.append([(kind, option) for option, _ in options[1:]])
@@ -132,7 +167,8 @@ class EnumeratingSource:
             raise HiddenRandomnessError(
                 f"a replay stopped after {depth} of the {len(self.forced)} draws an earlier run "
                 f"made after the same decisions (draw #{depth + 1}, {self.earlier(depth)}"
-                f"{self.forced[depth][0]}, was not made)" + self.hint
+                f"{self.forced[depth][0]}, was not made)" + self.hint,
+                self.forced,
             )
 
     def bernoulli(self, prob: float | Fraction, draw: str = "") -> bool:
@@ -174,6 +210,8 @@ def exact_law(
     max_paths: int = 1_000_000,
     recheck: int = 0,
     on_run: Callable[[EnumeratingSource], None] | None = None,
+    prune_below: float = 0.0,
+    stats: EnumerationStats | None = None,
 ) -> Law:
     """The exact law of ``fn(rng)``'s output over every outcome of its random draws.
 
@@ -181,9 +219,15 @@ def exact_law(
     Outputs are made hashable (lists and arrays become tuples). With ``exact=True`` the
     probabilities are `Fraction` (float inputs are converted exactly, as binary fractions).
     The first ``recheck`` runs are repeated to detect hidden randomness; ``on_run`` sees every
-    finished run's source. Raises `ValueError` when more than ``max_paths`` outcomes would be
-    enumerated, and `HiddenRandomnessError` when ``fn`` is not a function of its draws.
+    finished run's source. With ``prune_below`` > 0 (float64 only), branches whose probability
+    is below it are not run: the law returned then has mass 1 - ``stats.pruned_mass``, and the
+    total variation to any law is off by at most half that mass. Raises `EnumerationBudgetError`
+    when more than ``max_paths`` outcomes would be enumerated, and `HiddenRandomnessError` when
+    ``fn`` is not a function of its draws.
     """
+    if prune_below and exact:
+        raise ValueError("pruning is for float64 laws; exact laws are never pruned")
+    stats = stats if stats is not None else EnumerationStats()
     law: Law = {}
     # A forced prefix of decisions, and the names of their draws (for error messages).
     stack: list[tuple[tuple[tuple[str, int], ...], tuple[str, ...]]] = [((), ())]
@@ -192,28 +236,35 @@ def exact_law(
         forced, names = stack.pop()
         paths += 1
         if paths > max_paths:
-            raise ValueError(f"more than max_paths={max_paths} outcomes; use smaller cases")
-        source = EnumeratingSource(forced, exact, names)
+            raise EnumerationBudgetError(
+                f"more than max_paths={max_paths} outcomes; use smaller cases"
+            )
+        source = EnumeratingSource(forced, exact, names, prune_below=prune_below)
         key = _freeze(fn(source))
         source.check_consumed()
         if paths <= recheck:
             hint = FIRST_CALL_HINT if paths == 1 else ""
-            again = EnumeratingSource(tuple(source.taken), exact, tuple(source.draws), hint)
+            again = EnumeratingSource(
+                tuple(source.taken), exact, tuple(source.draws), hint, prune_below
+            )
             again_key = _freeze(fn(again))
             again.check_consumed()
             if again_key != key or again.taken != source.taken or again.weight != source.weight:
                 raise HiddenRandomnessError(
                     f"the same {len(source.taken)} draws gave {key!r} once and {again_key!r} "
-                    "the next time"
+                    "the next time",
+                    tuple(source.taken),
                 )
         if on_run is not None:
             on_run(source)
         law[key] = law.get(key, 0) + source.weight
+        stats.runs += 1
+        stats.pruned_mass += float(source.pruned)
         for depth in range(len(forced), len(source.taken)):
             for option in source.untaken[depth]:
                 stack.append(((*source.taken[:depth], option), tuple(source.draws[: depth + 1])))
     total = sum(law.values(), Fraction(0) if exact else 0.0)
-    if (total != 1) if exact else abs(float(total) - 1.0) > MASS_TOLERANCE:
+    if (total != 1) if exact else abs(float(total) + stats.pruned_mass - 1.0) > MASS_TOLERANCE:
         raise HiddenRandomnessError(
             f"the probabilities of all outcomes sum to {float(total):.6g}, not 1: the "
             "probabilities of some draws changed between runs"
