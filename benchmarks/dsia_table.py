@@ -165,11 +165,18 @@ def main() -> None:
         found = load_search(path)
     else:
         calib = list(trajectories(CALIBRATION).values())
-        found = search_layers(model, calib, SearchConfig(sparsity=0.4, max_iters=0),
-                              model_name="smollm2-135m", domain="mixed")  # fmt: skip
+        found = search_layers(
+            model,
+            calib,
+            SearchConfig(sparsity=0.4, max_iters=0),
+            model_name="smollm2-135m",
+            domain="mixed",
+        )
         save_search(found, path)
-    print(f"[{time.perf_counter() - t_start:.0f}s] search ({found.evaluations} evals)",
-          file=sys.stderr)  # fmt: skip
+    print(
+        f"[{time.perf_counter() - t_start:.0f}s] search ({found.evaluations} evals)",
+        file=sys.stderr,
+    )
     ranking = found.ranking
 
     fast_all = int8_plan()
@@ -223,8 +230,9 @@ def main() -> None:
             tv_sum += tv_alpha(tf.target_logits, draft, args.temperature) * tf.width
             total += tf.width
         argmaxes[plan.name] = torch.cat(picks)
-        rows.append(Row(plan.name, kind, agree / total, tv_sum / total, dt / times[0],
-                        sparsity(plan, cfg)))  # fmt: skip
+        rows.append(
+            Row(plan.name, kind, agree / total, tv_sum / total, dt / times[0], sparsity(plan, cfg))
+        )
     print(f"[{time.perf_counter() - t_start:.0f}s] alphas", file=sys.stderr)
 
     # Prompt lookup: the first proposed token against the trajectory, context = all before it.
@@ -240,18 +248,28 @@ def main() -> None:
             total += 1
             pld.append(tf.tokens[t])
     alpha_pld = hit / total
-    rows.append(Row("prompt lookup (n=3..1, 10 tok)", "PLD", alpha_pld, alpha_pld,
-                    (pld_time / total) / times[0], 0.0))  # fmt: skip
+    rows.append(
+        Row(
+            "prompt lookup (n=3..1, 10 tok)",
+            "PLD",
+            alpha_pld,
+            alpha_pld,
+            (pld_time / total) / times[0],
+            0.0,
+        )
+    )
 
     def same(name: str) -> float:
         return float((argmaxes[name] == argmaxes["w8a8-readable"]).float().mean())
 
     int8_mb = fast_all.linear.int8_bytes() / 2**20 if isinstance(fast_all.linear, Int8Kernel) else 0
     n_pos = total
-    env = (f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, "
-           f"torch {torch.__version__}, fp32 target, {len(evals)} prompts, {n_pos} positions, "
-           f"target decode forward {times[0] * 1e3:.1f} ms (fastest of {args.rounds}), "
-           f"wall {time.perf_counter() - t_start:.0f} s")  # fmt: skip
+    env = (
+        f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, "
+        f"torch {torch.__version__}, fp32 target, {len(evals)} prompts, {n_pos} positions, "
+        f"target decode forward {times[0] * 1e3:.1f} ms (fastest of {args.rounds}), "
+        f"wall {time.perf_counter() - t_start:.0f} s"
+    )
     lines = [
         f"Measured: {env}.",
         f"Fast int8 path: one int8 weight copy of {int8_mb:.0f} MiB (all linears incl. head).",
@@ -264,8 +282,10 @@ def main() -> None:
         "|---|---|---|---|---|---|",
     ]
     for r in rows:
-        lines.append(f"| {r.name} | {r.kind} | {r.sparsity:.2f} | {r.alpha_greedy:.3f} | "
-                     f"{r.alpha_tv:.3f} | {r.c:.3f} |")  # fmt: skip
+        lines.append(
+            f"| {r.name} | {r.kind} | {r.sparsity:.2f} | {r.alpha_greedy:.3f} | "
+            f"{r.alpha_tv:.3f} | {r.c:.3f} |"
+        )
     table = "\n".join(lines)
     print(table)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -294,8 +314,14 @@ def plot(rows: list[Row], alpha_pld: float, path: Path) -> None:
     cmax = max(1.3, max(r.c for r in rows) + 0.05)
     xs = torch.linspace(0, cmax, 50)
     bound = (alpha_pld + xs).clamp(max=1.0)
-    ax.fill_between(xs.tolist(), bound.tolist(), [1.02] * 50, color="tab:green", alpha=0.12,
-                    label="beats PLD alone: alpha - alpha_PLD > c (docs/method.md §3)")  # fmt: skip
+    ax.fill_between(
+        xs.tolist(),
+        bound.tolist(),
+        [1.02] * 50,
+        color="tab:green",
+        alpha=0.12,
+        label="beats PLD alone: alpha - alpha_PLD > c (docs/method.md §3)",
+    )
     ax.plot(xs.tolist(), bound.tolist(), color="tab:green")
     kinds = sorted({r.kind for r in rows})
     cmap = plt.get_cmap("tab10")
@@ -303,8 +329,9 @@ def plot(rows: list[Row], alpha_pld: float, path: Path) -> None:
         pts = [r for r in rows if r.kind == kind]
         ax.scatter([r.c for r in pts], [r.alpha_greedy for r in pts], color=cmap(k_i), label=kind)
         for r in pts:
-            ax.annotate(r.name, (r.c, r.alpha_greedy), fontsize=6, xytext=(3, 2),
-                        textcoords="offset points")  # fmt: skip
+            ax.annotate(
+                r.name, (r.c, r.alpha_greedy), fontsize=6, xytext=(3, 2), textcoords="offset points"
+            )
     ax.set_xlabel("c = draft forward time / target forward time (one decode token, CPU)")
     ax.set_ylabel("alpha (greedy argmax agreement)")
     ax.set_xlim(0, cmax)

@@ -272,9 +272,26 @@ def test_sized_methods_sampling_verify_curve_and_dytc_report(tmp_path: Path, tin
     questions = tmp_path / "q.jsonl"
     write_questions(questions)
     out = tmp_path / "out"
-    argv = ["--questions", str(questions), "--methods", "ar,pld:2,chain:2,cas-spec", "--runs",
-            "1", "--max-new-tokens", "5", "--out", str(out), "--no-progress", "--verify-curve",
-            "--temperature", "0.8", "--top-p", "0.9", "--seed", "3"]  # fmt: skip
+    argv = [
+        "--questions",
+        str(questions),
+        "--methods",
+        "ar,pld:2,chain:2,cas-spec",
+        "--runs",
+        "1",
+        "--max-new-tokens",
+        "5",
+        "--out",
+        str(out),
+        "--no-progress",
+        "--verify-curve",
+        "--temperature",
+        "0.8",
+        "--top-p",
+        "0.9",
+        "--seed",
+        "3",
+    ]
     assert bench.main(argv, model=model, tokenizer=tokenizer) == 0
     result = json.loads((out / "results.json").read_text())
     methods = {r["method"] for r in result["records"]}

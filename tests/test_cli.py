@@ -78,8 +78,18 @@ def test_bench_subcommand_passes_its_options_through(capsys) -> None:
 
 @pytest.mark.real_model
 def test_compare_ar_reports_a_measured_speedup_and_identity() -> None:
-    cmd = [sys.executable, "-m", "casspec_ref", "generate", "Name three colours.", "--method",
-           "pld", "--max-new-tokens", "12", "--compare-ar"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "casspec_ref",
+        "generate",
+        "Name three colours.",
+        "--method",
+        "pld",
+        "--max-new-tokens",
+        "12",
+        "--compare-ar",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr
     summary = proc.stdout.strip().splitlines()[-1]

@@ -208,9 +208,11 @@ def test_draft_runner_scratch_never_leaks_and_reuses_prefixes(family: str) -> No
             ref_cache = cache.clone()
             ref_cache.truncate(6)
             ref = model.forward(
-                torch.tensor([path]), torch.arange(6, 6 + len(path))[None], cache=ref_cache,
+                torch.tensor([path]),
+                torch.arange(6, 6 + len(path))[None],
+                cache=ref_cache,
                 plan=plan,
-            )[0]  # fmt: skip
+            )[0]
             assert got.shape == (len(path), cfg.vocab_size)
             assert torch.allclose(got, ref, rtol=1e-10, atol=1e-10)
     # Per plan: 4 tokens, then nothing (a prefix), then [7] (a branch), then [1, 3].

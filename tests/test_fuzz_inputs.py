@@ -246,11 +246,24 @@ _json = st.recursive(
     max_leaves=8,
 )
 _CONFIG_KEYS = [
-    "model_type", "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-    "num_key_value_heads", "intermediate_size", "max_position_embeddings", "rms_norm_eps",
-    "rope_theta", "rope_parameters", "rope_scaling", "tie_word_embeddings", "bos_token_id",
-    "eos_token_id", "head_dim", "hidden_act",
-]  # fmt: skip
+    "model_type",
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "intermediate_size",
+    "max_position_embeddings",
+    "rms_norm_eps",
+    "rope_theta",
+    "rope_parameters",
+    "rope_scaling",
+    "tie_word_embeddings",
+    "bos_token_id",
+    "eos_token_id",
+    "head_dim",
+    "hidden_act",
+]
 
 
 @pytest.fixture(scope="module")

@@ -78,8 +78,14 @@ def test_float32_forms_agree_within_rounding() -> None:
 def test_row_counts_above_the_table_share_an_entry_per_class() -> None:
     assert [kernels.table_rows(r) for r in (1, 16)] == [1, 16]
     assert [kernels.table_rows(r) for r in (17, 32, 33, 128, 129, 512, 4096)] == [
-        32, 32, 128, 128, 512, 512, 512
-    ]  # fmt: skip
+        32,
+        32,
+        128,
+        128,
+        512,
+        512,
+        512,
+    ]
     assert kernels.ROW_CLASSES[0] > kernels.MAX_ROWS
 
 
@@ -273,8 +279,13 @@ def test_naive_loop_drafts_and_verification_share_the_table() -> None:
     c = model.config
     kv = c.n_kv_heads * c.head_dim
     # q/o, k/v, gate/up, down, and the tied head (vocab x d_model)
-    assert shapes == {(c.d_model,) * 2, (kv, c.d_model), (c.d_ff, c.d_model), (c.d_model, c.d_ff),
-                      (c.vocab_size, c.d_model)}  # fmt: skip
+    assert shapes == {
+        (c.d_model,) * 2,
+        (kv, c.d_model),
+        (c.d_ff, c.d_model),
+        (c.d_model, c.d_ff),
+        (c.vocab_size, c.d_model),
+    }
     table = _forcing_table(model)
     recording = _RecordingForms(table.forms)
     kernels.use_table(KernelTable(recording))

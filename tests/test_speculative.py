@@ -95,9 +95,14 @@ def test_greedy_equals_ar_with_partial_acceptance(method: str, family: str) -> N
                 lengths.append((len(t.result.accepted), t.tree.max_depth))
 
             got = generate_speculative(
-                model, prompt, 30, method=method, drafts=_drafts(model), on_step=trace,
+                model,
+                prompt,
+                30,
+                method=method,
+                drafts=_drafts(model),
+                on_step=trace,
                 clock=model.clock,
-            )  # fmt: skip
+            )
             assert got.tokens == want, f"{method} diverged from generate_ar on {prompt}"
             partial += sum(1 for a, d in lengths if 0 < a < d)
             drafted += sum(1 for _, d in lengths if d > 0)
@@ -126,9 +131,15 @@ def test_cache_equals_fresh_prefill_after_every_step(method: str, temperature: f
         checked.append(len(trace.result.accepted))
 
     generate_speculative(
-        model, PROMPTS[0], 24, method=method, temperature=temperature, seed=1,
-        drafts=_drafts(model), on_step=check,
-    )  # fmt: skip
+        model,
+        PROMPTS[0],
+        24,
+        method=method,
+        temperature=temperature,
+        seed=1,
+        drafts=_drafts(model),
+        on_step=check,
+    )
     assert checked and max(checked) >= 1, "the invariant must be checked after accepting drafts"
 
 
@@ -159,9 +170,13 @@ def test_timing_splits_the_prompt_from_the_decoding() -> None:
     keys = set(generate_ar(model, PROMPTS[0], 3).timing)
     for n in (1, 30):
         result = generate_speculative(
-            model, PROMPTS[0], n, method="cas-spec", drafts=_drafts(model),
+            model,
+            PROMPTS[0],
+            n,
+            method="cas-spec",
+            drafts=_drafts(model),
             clock=itertools.count().__next__,
-        )  # fmt: skip
+        )
         timing = result.timing
         assert set(timing) == keys
         assert timing["prefill_s"] + timing["decode_s"] == timing["total_s"]
@@ -180,9 +195,14 @@ def test_stop_ids_and_streaming(method: str) -> None:
     want = generate_ar(model, PROMPTS[1], 30, stop_ids=[stop])
     streamed: list[int] = []
     got = generate_speculative(
-        model, PROMPTS[1], 30, method=method, stop_ids=[stop], on_token=streamed.append,
+        model,
+        PROMPTS[1],
+        30,
+        method=method,
+        stop_ids=[stop],
+        on_token=streamed.append,
         drafts=_drafts(model),
-    )  # fmt: skip
+    )
     assert got.tokens == want.tokens and got.stopped == want.stopped is True
     assert streamed == got.tokens
 
@@ -230,10 +250,15 @@ def test_dytc_falls_back_to_plain_steps_when_drafts_do_not_pay() -> None:
     model.clock = _Clock()
     sizes: list[int] = []
     got = generate_speculative(
-        model, [1, 2, 3, 4, 5, 6], 40, method="cas-spec", drafts=_drafts(model),
-        dytc=DyTCConfig(prior_pld_alpha=0.0, prior_recycle_alpha=0.0, warmup=0), clock=model.clock,
+        model,
+        [1, 2, 3, 4, 5, 6],
+        40,
+        method="cas-spec",
+        drafts=_drafts(model),
+        dytc=DyTCConfig(prior_pld_alpha=0.0, prior_recycle_alpha=0.0, warmup=0),
+        clock=model.clock,
         on_step=lambda t: sizes.append(len(t.tree)),
-    )  # fmt: skip
+    )
     assert got.tokens == generate_ar(model, [1, 2, 3, 4, 5, 6], 40).tokens
     assert sizes[0] == 1  # the first step times the target
     assert sizes[1:5] == [2, 2, 2, 2]  # two probes per level (the first timing is discarded)
@@ -292,17 +317,27 @@ def test_real_model_greedy_equals_ar() -> None:
         pytest.skip("CASSPEC_SKIP_REAL=1")
     model, tokenizer = load_model()
     questions = [
-        "What is the capital of France?", "Write a haiku about the sea.",
-        "Translate 'good morning' into Spanish.", "What is 17 times 23?",
+        "What is the capital of France?",
+        "Write a haiku about the sea.",
+        "Translate 'good morning' into Spanish.",
+        "What is 17 times 23?",
         "Summarize: The cat sat on the mat. The cat was happy. The mat was red.",
-        "List three primary colors.", "Explain what a CPU does in one sentence.",
-        "Who wrote Romeo and Juliet?", "Repeat after me: one two three four five.",
-        "What is the boiling point of water in Celsius?", "Name a planet in the solar system.",
-        "Give me a synonym for happy.", "How many days are in a week?",
-        "Write a Python function that adds two numbers.", "What color is the sky on a clear day?",
-        "Count from 1 to 10.", "What is the opposite of hot?", "Describe a dog in one sentence.",
-        "Spell the word 'banana' letter by letter.", "What is 2 + 2?",
-    ]  # fmt: skip
+        "List three primary colors.",
+        "Explain what a CPU does in one sentence.",
+        "Who wrote Romeo and Juliet?",
+        "Repeat after me: one two three four five.",
+        "What is the boiling point of water in Celsius?",
+        "Name a planet in the solar system.",
+        "Give me a synonym for happy.",
+        "How many days are in a week?",
+        "Write a Python function that adds two numbers.",
+        "What color is the sky on a clear day?",
+        "Count from 1 to 10.",
+        "What is the opposite of hot?",
+        "Describe a dog in one sentence.",
+        "Spell the word 'banana' letter by letter.",
+        "What is 2 + 2?",
+    ]
     failures = []
     for i, question in enumerate(questions):
         prompt = tokenizer.apply_chat_template([{"role": "user", "content": question}])
@@ -339,9 +374,15 @@ def test_prefill_and_one_step_can_be_called_alone() -> None:
     model = _model()
     prompt = [1, 2, 3, 4, 1, 2, 3, 4, 1, 2]
     state = start_decoding(
-        model, prompt, 12, "pld", DraftSampling(), TorchRandomSource(0), drafts=_drafts(model),
+        model,
+        prompt,
+        12,
+        "pld",
+        DraftSampling(),
+        TorchRandomSource(0),
+        drafts=_drafts(model),
         options={"clock": model.clock},
-    )  # fmt: skip
+    )
     prefill(state)
     assert len(state.tokens) == 1 and state.cache.length == len(prompt)
     while not state.done:

@@ -72,9 +72,16 @@ def _warm_policy(model: _TimedModel, **sampling: float) -> DyTCPolicy:
     policy = DyTCPolicy([plan.name for plan in DRAFTS], DYTC)
     model.clock.now = 0.0
     generate_speculative(
-        model, [0, 1, 0, 2], 16, method="cas-spec", seed=0, drafts=DRAFTS, policy=policy,
-        clock=model.clock, **sampling,
-    )  # fmt: skip
+        model,
+        [0, 1, 0, 2],
+        16,
+        method="cas-spec",
+        seed=0,
+        drafts=DRAFTS,
+        policy=policy,
+        clock=model.clock,
+        **sampling,
+    )
     return policy
 
 
@@ -94,12 +101,19 @@ def _spec_fn(
     def run(rng: RandomSource) -> tuple[int, ...]:
         model.clock.now = 0.0
         result = generate_speculative(
-            model, prompt, n_tokens, method=method, rng=rng, drafts=DRAFTS,
+            model,
+            prompt,
+            n_tokens,
+            method=method,
+            rng=rng,
+            drafts=DRAFTS,
             # A fresh copy per enumerated path: the function must not depend on earlier paths.
             policy=copy.deepcopy(warm),
             schedule=ScheduleOptions(chain_k=2, static_branching=(2, 1)),
-            clock=model.clock, on_step=lambda trace: sizes.append(len(trace.tree)), **sampling,
-        )  # fmt: skip
+            clock=model.clock,
+            on_step=lambda trace: sizes.append(len(trace.tree)),
+            **sampling,
+        )
         return tuple(result.tokens)
 
     return run
@@ -152,10 +166,17 @@ def test_dytc_actually_drafts_in_the_law_test() -> None:
     sizes: list[int] = []
     model.clock.now = 0.0
     generate_speculative(
-        model, [0, 1, 2, 1], 24, method="cas-spec", temperature=0.8, seed=3, drafts=DRAFTS,
-        dytc=DyTCConfig(warmup=0, max_tree_size=4, max_k=2, siblings=2), clock=model.clock,
+        model,
+        [0, 1, 2, 1],
+        24,
+        method="cas-spec",
+        temperature=0.8,
+        seed=3,
+        drafts=DRAFTS,
+        dytc=DyTCConfig(warmup=0, max_tree_size=4, max_k=2, siblings=2),
+        clock=model.clock,
         on_step=lambda trace: sizes.append(len(trace.tree)),
-    )  # fmt: skip
+    )
     assert max(sizes) >= 3
 
 
@@ -186,9 +207,17 @@ def test_seeded_sampling_matches_ar_frequencies() -> None:
     for seed in range(runs):
         model.clock.now = 0.0
         result = generate_speculative(
-            model, prompt, n_tokens, method="cas-spec", temperature=1.0, seed=seed,
-            drafts=DRAFTS, policy=copy.deepcopy(warm), clock=model.clock, on_step=on_step,
-        )  # fmt: skip
+            model,
+            prompt,
+            n_tokens,
+            method="cas-spec",
+            temperature=1.0,
+            seed=seed,
+            drafts=DRAFTS,
+            policy=copy.deepcopy(warm),
+            clock=model.clock,
+            on_step=on_step,
+        )
         counts[tuple(result.tokens)] += 1
     # The loop speculated: most steps drafted a tree, and drafted tokens were accepted.
     assert sum(size > 1 for size in sizes) > len(sizes) // 2, Counter(sizes)

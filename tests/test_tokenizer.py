@@ -145,7 +145,7 @@ def _tokenizer_json(
                 "normalized": False,
             }
             for i, t in enumerate(SPECIALS)
-        ],  # fmt: skip
+        ],
         "normalizer": None,
         "pre_tokenizer": pre
         or {
@@ -158,7 +158,7 @@ def _tokenizer_json(
                     "trim_offsets": True,
                     "use_regex": True,
                 },
-            ],  # fmt: skip
+            ],
         },
         "post_processor": None,
         "decoder": {
@@ -166,7 +166,7 @@ def _tokenizer_json(
             "add_prefix_space": True,
             "trim_offsets": True,
             "use_regex": True,
-        },  # fmt: skip
+        },
         "model": {
             "type": "BPE",
             "dropout": None,
@@ -178,7 +178,7 @@ def _tokenizer_json(
             "ignore_merges": False,
             "vocab": vocab,
             "merges": [list(m) for m in merges],
-        },  # fmt: skip
+        },
     }
     path.write_text(json.dumps(spec))
     return path
@@ -279,12 +279,52 @@ def _random_texts(rng: random.Random, n: int, bytes_ok: set[int]) -> list[str]:
     """Varied strings: words, contractions, digits, runs of spaces/newlines/tabs, code,
     punctuation, accents, CJK, emoji; characters with a byte outside ``bytes_ok`` are skipped."""
     pieces = [
-        "the", " cat", "Hello", " WORLD", "don't", "we'll", "I'm", "'s", "'ve", " 's",
-        "0", "7", "123", " 4567", "3.14159", "1e-5", "  ", "   ", "\n", "\n\n", "\t", " \n ",
-        "def f(x):\n    return x ** 2\n", "{\"a\": [1, 2]}", "a_b-c", "!!", "...", "?!", "$", "#",
-        "é", "naïve", "Straße", "中文", "日本語", "😀", "🚀 ", "Привет", "ñ", "→", "\u00a0",
-        "  42", "\t\t7", " \u3000", "x" * 20,
-    ]  # fmt: skip
+        "the",
+        " cat",
+        "Hello",
+        " WORLD",
+        "don't",
+        "we'll",
+        "I'm",
+        "'s",
+        "'ve",
+        " 's",
+        "0",
+        "7",
+        "123",
+        " 4567",
+        "3.14159",
+        "1e-5",
+        "  ",
+        "   ",
+        "\n",
+        "\n\n",
+        "\t",
+        " \n ",
+        "def f(x):\n    return x ** 2\n",
+        '{"a": [1, 2]}',
+        "a_b-c",
+        "!!",
+        "...",
+        "?!",
+        "$",
+        "#",
+        "é",
+        "naïve",
+        "Straße",
+        "中文",
+        "日本語",
+        "😀",
+        "🚀 ",
+        "Привет",
+        "ñ",
+        "→",
+        "\u00a0",
+        "  42",
+        "\t\t7",
+        " \u3000",
+        "x" * 20,
+    ]
     texts = []
     while len(texts) < n:
         text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 12)))
@@ -333,8 +373,18 @@ def test_smollm2_facts(smollm2: Tokenizer) -> None:
     assert smollm2.special_tokens["<|endoftext|>"] == 0
     assert smollm2.stop_ids == (0, 2)
     assert sorted(smollm2.unencodable_bytes) == [
-        0x04, 0x06, 0x13, 0x14, 0x16, 0x1D, 0xC0, 0xC1, 0xF1, 0xF2, *range(0xF5, 0x100)
-    ]  # fmt: skip
+        0x04,
+        0x06,
+        0x13,
+        0x14,
+        0x16,
+        0x1D,
+        0xC0,
+        0xC1,
+        0xF1,
+        0xF2,
+        *range(0xF5, 0x100),
+    ]
 
 
 @pytest.mark.real_model

@@ -540,11 +540,20 @@ def test_logits_equal_transformers_llama(tmp_path: Path) -> None:
     for seed, (tied, heads, kv) in enumerate([(False, 4, 2), (True, 4, 4), (False, 2, 1)]):
         torch.manual_seed(seed)
         hf_config = transformers.LlamaConfig(
-            vocab_size=57, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-            num_attention_heads=heads, num_key_value_heads=kv, max_position_embeddings=64,
-            rms_norm_eps=1e-6, rope_theta=500.0 + 100 * seed, tie_word_embeddings=tied,
-            bos_token_id=1, eos_token_id=2, initializer_range=0.3,
-        )  # fmt: skip
+            vocab_size=57,
+            hidden_size=32,
+            intermediate_size=48,
+            num_hidden_layers=2,
+            num_attention_heads=heads,
+            num_key_value_heads=kv,
+            max_position_embeddings=64,
+            rms_norm_eps=1e-6,
+            rope_theta=500.0 + 100 * seed,
+            tie_word_embeddings=tied,
+            bos_token_id=1,
+            eos_token_id=2,
+            initializer_range=0.3,
+        )
         reference = transformers.LlamaForCausalLM(hf_config).to(torch.float64).eval()
         directory = tmp_path / f"llama{seed}"
         reference.save_pretrained(directory)
@@ -562,9 +571,16 @@ def test_logits_equal_transformers_gpt2(tmp_path: Path) -> None:
     for seed, n_inner in enumerate([None, 48]):
         torch.manual_seed(seed)
         hf_config = transformers.GPT2Config(
-            vocab_size=53, n_embd=32, n_layer=2, n_head=4, n_positions=64, n_inner=n_inner,
-            bos_token_id=0, eos_token_id=0, initializer_range=0.3,
-        )  # fmt: skip
+            vocab_size=53,
+            n_embd=32,
+            n_layer=2,
+            n_head=4,
+            n_positions=64,
+            n_inner=n_inner,
+            bos_token_id=0,
+            eos_token_id=0,
+            initializer_range=0.3,
+        )
         reference = transformers.GPT2LMHeadModel(hf_config).to(torch.float64).eval()
         directory = tmp_path / f"gpt2{seed}"
         reference.save_pretrained(directory)

@@ -26,10 +26,15 @@ COLOURS = {"prefix": "#d9d9d9", "draft": "#9ecae1", "accepted": "#a1d99b", "reje
 def _box(ax, x, y, text, colour, width=0.9, height=0.5):
     ax.add_patch(
         FancyBboxPatch(
-            (x - width / 2, y - height / 2), width, height, boxstyle="round,pad=0.03",
-            facecolor=colour, edgecolor="black", linewidth=0.8,
+            (x - width / 2, y - height / 2),
+            width,
+            height,
+            boxstyle="round,pad=0.03",
+            facecolor=colour,
+            edgecolor="black",
+            linewidth=0.8,
         )
-    )  # fmt: skip
+    )
     ax.text(x, y, text, ha="center", va="center", fontsize=9)
 
 
@@ -72,12 +77,23 @@ def draw(ax=None):
     right = x0 + len(PREFIX) + len(DRAFTED) - 1 + 0.45
     ax.add_patch(
         FancyBboxPatch(
-            (left, rows["verify"] - 0.3), right - left, 0.6, boxstyle="round,pad=0.03",
-            facecolor="#fdd0a2", edgecolor="black", linewidth=0.8,
+            (left, rows["verify"] - 0.3),
+            right - left,
+            0.6,
+            boxstyle="round,pad=0.03",
+            facecolor="#fdd0a2",
+            edgecolor="black",
+            linewidth=0.8,
         )
-    )  # fmt: skip
-    ax.text((left + right) / 2, rows["verify"], "target forward (tree / causal mask)", ha="center",
-            va="center", fontsize=9)  # fmt: skip
+    )
+    ax.text(
+        (left + right) / 2,
+        rows["verify"],
+        "target forward (tree / causal mask)",
+        ha="center",
+        va="center",
+        fontsize=9,
+    )
     _arrow(
         ax, ((left + right) / 2, rows["draft"] - 0.3), ((left + right) / 2, rows["verify"] + 0.32)
     )
@@ -97,11 +113,21 @@ def draw(ax=None):
     _arrow(
         ax, ((left + right) / 2, rows["decide"] - 0.3), ((left + right) / 2, rows["commit"] + 0.3)
     )
-    ax.text(x0 + len(committed) - 1, rows["commit"] - 0.45, "from the residual", ha="center",
-            fontsize=7.5)  # fmt: skip
-    ax.text(x0 + len(PREFIX) + 1, -0.25,
-            "3 tokens committed for one target forward; the KV cache keeps only the accepted rows",
-            ha="center", fontsize=8.5, style="italic")  # fmt: skip
+    ax.text(
+        x0 + len(committed) - 1,
+        rows["commit"] - 0.45,
+        "from the residual",
+        ha="center",
+        fontsize=7.5,
+    )
+    ax.text(
+        x0 + len(PREFIX) + 1,
+        -0.25,
+        "3 tokens committed for one target forward; the KV cache keeps only the accepted rows",
+        ha="center",
+        fontsize=8.5,
+        style="italic",
+    )
     ax.set_xlim(-3.2, x0 + len(PREFIX) + len(DRAFTED))
     ax.set_ylim(-0.5, 4.5)
     ax.set_axis_off()

@@ -325,9 +325,15 @@ def _make_runner(
 
     def run_spec(prompt_ids: list[int], max_new: int) -> tuple[list[int], dict[str, Any]]:
         result = generate_speculative(
-            model, prompt_ids, max_new, method=base, stop_ids=stop_ids, **sampling, **coins(),
+            model,
+            prompt_ids,
+            max_new,
+            method=base,
+            stop_ids=stop_ids,
+            **sampling,
+            **coins(),
             **options,
-        )  # fmt: skip
+        )
         return list(result.tokens), turn_stats(result)
 
     run_spec.policy = options.get("policy")  # type: ignore[attr-defined]
@@ -482,8 +488,9 @@ def bootstrap_interval(
     which questions were asked and on the machine's noise in each; not on a shift of the whole
     machine between runs, which only more runs show."""
     if n < 1 or resamples < 1 or not 0 < level < 1:
-        raise ValueError(f"bootstrap needs n >= 1, resamples >= 1, 0 < level < 1; got {n}, "
-                         f"{resamples}, {level}")  # fmt: skip
+        raise ValueError(
+            f"bootstrap needs n >= 1, resamples >= 1, 0 < level < 1; got {n}, {resamples}, {level}"
+        )
     rng = random.Random(seed)
     values = sorted(statistic([rng.randrange(n) for _ in range(n)]) for _ in range(resamples))
     tail = int((1 - level) / 2 * resamples)
@@ -631,8 +638,10 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
 
 def format_paired(target: str, paired: dict[str, dict[str, Any]], n: int) -> str:
     """One line per method: ``target``'s speedup over that method's, with its interval."""
-    lines = [f"{target} over each method (ratio of speedups; paired 95% bootstrap interval over "
-             f"the {n} questions):"]  # fmt: skip
+    lines = [
+        f"{target} over each method (ratio of speedups; paired 95% bootstrap interval over "
+        f"the {n} questions):"
+    ]
     for other, p in paired.items():
         low, high = p["interval"]
         lines.append(f"  {other:<14} {p['ratio']:.3f} [{low:.3f}, {high:.3f}]")
@@ -884,10 +893,15 @@ def main(argv: Sequence[str] | None = None, *, model: Any = None, tokenizer: Any
     except ValueError as exc:
         return _error(str(exc))
     sampling = (
-        {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p,
-         "seed": args.seed}
-        if args.temperature > 0 else {}
-    )  # fmt: skip
+        {
+            "temperature": args.temperature,
+            "top_k": args.top_k,
+            "top_p": args.top_p,
+            "seed": args.seed,
+        }
+        if args.temperature > 0
+        else {}
+    )
     if any(m in EXTERNAL_METHODS for m in methods):
         try:
             import transformers  # noqa: F401

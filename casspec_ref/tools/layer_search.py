@@ -134,9 +134,14 @@ def search_layers(
         if value >= current:
             skip, current = trial, value
     return SearchResult(
-        model=model_name, domain=domain, sparsity=cfg.sparsity, ranking=ranking,
-        skip=tuple(sorted(skip)), matchness=current, evaluations=evaluations,
-    )  # fmt: skip
+        model=model_name,
+        domain=domain,
+        sparsity=cfg.sparsity,
+        ranking=ranking,
+        skip=tuple(sorted(skip)),
+        matchness=current,
+        evaluations=evaluations,
+    )
 
 
 def save_search(result: SearchResult, path: str | Path) -> None:
@@ -158,10 +163,14 @@ def load_search(path: str | Path) -> SearchResult:
                 if kind not in ("attn", "mlp"):
                     raise ValueError(f"sub-layer kind {kind!r}")
         return SearchResult(
-            model=str(raw["model"]), domain=str(raw["domain"]), sparsity=float(raw["sparsity"]),
-            ranking=units["ranking"], skip=units["skip"],  # type: ignore[arg-type]
-            matchness=float(raw["matchness"]), evaluations=int(raw["evaluations"]),
-        )  # fmt: skip
+            model=str(raw["model"]),
+            domain=str(raw["domain"]),
+            sparsity=float(raw["sparsity"]),
+            ranking=units["ranking"],
+            skip=units["skip"],  # type: ignore[arg-type]
+            matchness=float(raw["matchness"]),
+            evaluations=int(raw["evaluations"]),
+        )
     except (KeyError, TypeError, ValueError) as err:
         raise ValueError(f"{path} is not a layer-search result: {err}") from err
 

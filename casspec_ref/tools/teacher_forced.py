@@ -71,9 +71,12 @@ class TeacherForced:
         try:
             with torch.no_grad():
                 out = self.model.forward(
-                    self.draft_tokens, self.draft_positions, cache=self.cache,
-                    attn_mask=self.mask, plan=plan,
-                )  # fmt: skip
+                    self.draft_tokens,
+                    self.draft_positions,
+                    cache=self.cache,
+                    attn_mask=self.mask,
+                    plan=plan,
+                )
         finally:
             self.cache.truncate(base)  # scratch rows never outlive the call
         return out[0]  # (W, V)
