@@ -407,11 +407,11 @@ class _Race(torch.Tensor):
             rows = w.reshape(-1, w.shape[-1])
             thunks = np.empty(rows.shape[0], dtype=object)
             for i, (wr, vr) in enumerate(zip(rows, v.reshape(-1, v.shape[-1]), strict=True)):
-                thunks[i] = _Thunk(functools.partial(race._book.race, list(vr), wr))
+                thunks[i] = Thunk(functools.partial(race._book.race, list(vr), wr))
             shape = w.shape[:-1]
             if keepdim:
                 shape = (*shape[:dim], 1, *shape[dim:])
-            return _Pending.make(thunks.reshape(shape))
+            return PendingDraw.make(thunks.reshape(shape))
         raise UnfollowableDrawError(
             f"torch {_name(func)} on weights divided by exponential draws; only argmax (the "
             "exponential race) is followed"
@@ -421,7 +421,7 @@ class _Race(torch.Tensor):
         return f"ExponentialRace(shape={tuple(self._vars.shape)})"
 
 
-class _Thunk:
+class Thunk:
     """One pending decision: made on first use, then remembered."""
 
     __slots__ = ("decide", "value")
@@ -436,7 +436,7 @@ class _Thunk:
         return self.value
 
 
-class _Pending(torch.Tensor):
+class PendingDraw(torch.Tensor):
     """Token ids of exponential races not decided yet. Vectorized code races every position
     (a recovered token for each draft, a bonus token) but uses one or two of them; a race is
     decided only when its token is used (anything but indexing and reshaping), so unused races
@@ -445,8 +445,8 @@ class _Pending(torch.Tensor):
     _thunks: np.ndarray
 
     @staticmethod
-    def make(thunks: np.ndarray) -> _Pending:
-        out = torch.Tensor._make_subclass(_Pending, torch.zeros(thunks.shape, dtype=torch.long))
+    def make(thunks: np.ndarray) -> PendingDraw:
+        out = torch.Tensor._make_subclass(PendingDraw, torch.zeros(thunks.shape, dtype=torch.long))
         out._thunks = thunks
         return out
 
@@ -465,7 +465,7 @@ class _Pending(torch.Tensor):
                 return func(*args, **kwargs)
         full = _name(func)
         if full in _SHAPE_OPS or full.strip("_") in _SHAPE_OPS:
-            pending = [a for a in args if isinstance(a, _Pending)]
+            pending = [a for a in args if isinstance(a, PendingDraw)]
             if len(pending) == 1 and args[0] is pending[0]:
                 flat = pending[0]._thunks.reshape(-1)
                 ids = torch.arange(flat.size).reshape(pending[0]._thunks.shape)
@@ -474,7 +474,7 @@ class _Pending(torch.Tensor):
 
                 def wrap(r: Any) -> Any:
                     if isinstance(r, torch.Tensor):
-                        return _Pending.make(flat[r.numpy().reshape(-1)].reshape(tuple(r.shape)))
+                        return PendingDraw.make(flat[r.numpy().reshape(-1)].reshape(tuple(r.shape)))
                     if isinstance(r, tuple | list):
                         return type(r)(wrap(x) for x in r)
                     return r
@@ -486,7 +486,7 @@ class _Pending(torch.Tensor):
             return masked
 
         def force(value: Any) -> Any:
-            if isinstance(value, _Pending):
+            if isinstance(value, PendingDraw):
                 return value.forced()
             if isinstance(value, tuple | list):
                 return type(value)(force(v) for v in value)
@@ -496,7 +496,7 @@ class _Pending(torch.Tensor):
             return func(*force(args), **{k: force(v) for k, v in kwargs.items()})
 
 
-def _forced_where(pending: _Pending, mask: torch.Tensor) -> torch.Tensor:
+def _forced_where(pending: PendingDraw, mask: torch.Tensor) -> torch.Tensor:
     """The race tokens where ``mask`` is true, 0 elsewhere: races the mask drops stay undecided."""
     with torch._C.DisableTorchFunctionSubclass():
         keep = mask.detach().to(torch.bool)
@@ -515,14 +515,14 @@ def _masked_use(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any
     if kwargs:
         return None
     if name == "mul" and len(args) == 2:
-        pending, mask = args if isinstance(args[0], _Pending) else args[::-1]
-        if isinstance(pending, _Pending) and _is_plain_bool(mask):
+        pending, mask = args if isinstance(args[0], PendingDraw) else args[::-1]
+        if isinstance(pending, PendingDraw) and _is_plain_bool(mask):
             return _forced_where(pending, mask)
     if name == "where" and len(args) == 3 and _is_plain_bool(args[0]):
         cond, left, right = args
-        if isinstance(left, _Pending):
+        if isinstance(left, PendingDraw):
             left = _forced_where(left, cond)
-        if isinstance(right, _Pending):
+        if isinstance(right, PendingDraw):
             right = _forced_where(right, ~cond)
         with torch._C.DisableTorchFunctionSubclass():
             return torch.where(cond, left, right)

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from casspec_ref.proof.adapters import _Pending, _Thunk
+from casspec_ref.proof.adapters import PendingDraw, Thunk
 from casspec_ref.sampling import RandomSource
 
 
@@ -173,8 +173,8 @@ def call_chain(
             new_logits = torch.log(p)[None]  # (1, K+1, V)
         ids = torch.tensor([[0, *inputs.draft_tokens]], dtype=torch.long)  # (1, 1+K)
         return _hf_tokens(call(fn, ids, candidate_logits, k, new_logits), vocab, signature)
-    thunk = _Thunk(lambda: int(rng.categorical(inputs.target_probs[k])))
-    bonus = _Pending.make(np.array([[thunk]], dtype=object))  # (1, 1), drawn where used
+    thunk = Thunk(lambda: int(rng.categorical(inputs.target_probs[k])))
+    bonus = PendingDraw.make(np.array([[thunk]], dtype=object))  # (1, 1), drawn where used
     output = call(fn, p[None], bonus, q[None], drafts[None])  # (1, K+1)
     return _padded_tokens(output, k, vocab, signature)
 

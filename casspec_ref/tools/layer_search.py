@@ -166,7 +166,7 @@ def load_search(path: str | Path) -> SearchResult:
             model=str(raw["model"]),
             domain=str(raw["domain"]),
             sparsity=float(raw["sparsity"]),
-            ranking=units["ranking"],
+            ranking=units["ranking"],  # type: ignore[arg-type]  # kinds checked above
             skip=units["skip"],  # type: ignore[arg-type]
             matchness=float(raw["matchness"]),
             evaluations=int(raw["evaluations"]),
