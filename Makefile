@@ -114,7 +114,8 @@ mutation: setup
 # a mutant that survives the fast tests runs the simulator's too (a minute each on one thread).
 MUTATION_DYTC_NAMES ?= "casspec_ref.dytc.x_best_k*" "casspec_ref.dytc.x_t_score*" \
 	"casspec_ref.dytc.xǁDyTCPolicyǁplan*" "casspec_ref.dytc.xǁDyTCPolicyǁ_score*" \
-	"casspec_ref.dytc.xǁDyTCPolicyǁ_width*" "casspec_ref.dytc.xǁDyTCPolicyǁverify_seconds*" \
+	"casspec_ref.dytc.xǁDyTCPolicyǁ_width*" \
+	"casspec_ref.dytc_estimates.xǁDyTCEstimatesǁverify_seconds*" \
 	"casspec_ref.dytc_refinements.xǁExplorationǁcost*" \
 	"casspec_ref.dytc_refinements.xǁExplorationǁverify_seconds*"
 mutation-dytc:

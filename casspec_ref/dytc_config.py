@@ -2,8 +2,9 @@
 draft names, and `TreeDrafter`, the drafting interface DyTC plans through.
 
 `DyTCConfig()` is the reference's best policy; `DyTCConfig.paper()` is the paper's policy alone
-(every refinement off, the notes' window of 20). The policy is `casspec_ref.dytc`, the
-refinements `casspec_ref.dytc_refinements`; docs/method.md §4 sets one beside the other.
+(every refinement off, the notes' window of 20). The policy is `casspec_ref.dytc` (on
+`casspec_ref.dytc_estimates` and `casspec_ref.dytc_tree`), the refinements
+`casspec_ref.dytc_refinements`; docs/method.md §4 sets one beside the other.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """This reference's refinements of the paper's DyTC, each behind a named `DyTCConfig` switch.
 
-The paper's policy is `casspec_ref.dytc`; it calls the pieces here where a switch is on, and
-`DyTCConfig.paper()` turns every one off. What each changes, why, and what it is worth:
-docs/method.md §4, "the paper vs this reference".
+The paper's policy (`casspec_ref.dytc`, on `casspec_ref.dytc_estimates`) calls the pieces here
+where a switch is on, and `DyTCConfig.paper()` turns every one off. What each changes, why,
+and what it is worth: docs/method.md §4, "the paper vs this reference".
 
 1. `optimistic_mean` (`optimistic_warmup`): a model draft's warm-up estimate.
 2. `Outcome`, `outcome` (`margin_bins`, `match_bins`, `continuation_rate`): which estimate a

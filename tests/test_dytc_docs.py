@@ -1,14 +1,15 @@
 """The docs that teach DyTC name code that exists.
 
-Every code name written in backticks in docs/notation.md and docs/method.md is looked up in the
+Every code name written in backticks in docs/notation.md and docs/method.md, and in the passages
+of docs/design.md and docs/testing.md that speak of DyTC (`dytc_passages`), is looked up in the
 package: a dotted path (`dytc.t_score`, `DyTCPolicy.alpha`) must resolve, from a module of
 casspec_ref or a name one defines, through attributes (an instance attribute counts when its
-class assigns ``self.NAME``); a single identifier must be defined or used as a name anywhere in
-the package or its tests (a function, a field, a variable, a dict key, a pinned test case); a
-file name (`dytc.py`) must be a file of the repository. In the notation table every backticked
-name of the code-name column is checked; elsewhere a single identifier is taken for a code name
-when it holds an underscore or an inner capital (`min_gain`, `DyTCConfig`), so that the letters
-of formulas (`p`, `w`) are not.
+class, or a package class it extends, assigns ``self.NAME``); a single identifier must be defined
+or used as a name anywhere in the package or its tests (a function, a field, a variable, a dict
+key, a pinned test case) or be a variable of the Makefile; a file name (`dytc.py`) must be a file
+of the repository. In the notation table every backticked name of the code-name column is
+checked; elsewhere a single identifier is taken for a code name when it holds an underscore or
+an inner capital (`min_gain`, `DyTCConfig`), so that the letters of formulas (`p`, `w`) are not.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ import casspec_ref
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = (ROOT / "docs" / "notation.md", ROOT / "docs" / "method.md")
+DYTC_IN = (ROOT / "docs" / "design.md", ROOT / "docs" / "testing.md")  # only where DyTC is named
+MAKE_VARIABLE = re.compile(r"^([A-Z][A-Z0-9_]*)\s*[?:]?=", re.MULTILINE)
 BACKTICKED = re.compile(r"`([^`\n]+)`")
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
@@ -52,6 +55,15 @@ def code_names(text: str, notation_table: bool = False) -> list[str]:
             ):
                 names.append(token)
     return names
+
+
+def dytc_passages(text: str) -> str:
+    """The paragraphs and table rows of `text` that name DyTC (``DyTC`` or ``dytc``)."""
+    units: list[str] = []
+    for paragraph in re.split(r"\n\s*\n", text):
+        table = paragraph.lstrip().startswith("|")
+        units += paragraph.splitlines() if table else [paragraph]
+    return "\n\n".join(unit for unit in units if re.search("DyTC|dytc", unit))
 
 
 @cache
@@ -88,20 +100,24 @@ def _identifiers() -> frozenset[str]:
             elif isinstance(node, ast.Constant) and isinstance(node.value, str):
                 if IDENTIFIER.fullmatch(node.value):
                     names.add(node.value)
+    names.update(MAKE_VARIABLE.findall((ROOT / "Makefile").read_text()))
     return frozenset(names)
 
 
 def _assigned_on_self(owner: Any, name: str) -> bool:
-    """True if class `owner` assigns ``self.<name>`` in one of its methods."""
+    """True if class `owner` or a package class it extends assigns ``self.<name>`` in one of
+    its methods."""
     if not inspect.isclass(owner):
         return False
-    tree = ast.parse(inspect.getsource(owner).lstrip())
+    classes = [c for c in owner.__mro__ if c.__module__.startswith("casspec_ref")]
+    trees = [ast.parse(inspect.getsource(c).lstrip()) for c in classes]
     return any(
         isinstance(node, ast.Attribute)
         and isinstance(node.value, ast.Name)
         and node.value.id == "self"
         and node.attr == name
         and isinstance(node.ctx, ast.Store)
+        for tree in trees
         for node in ast.walk(tree)
     )
 
@@ -138,6 +154,23 @@ def test_every_code_name_in_the_doc_exists(doc: Path) -> None:
     names = code_names(doc.read_text(), notation_table=doc.name == "notation.md")
     assert len(names) >= 10, f"{doc.name}: the code names were not found"
     assert not missing(names), f"{doc.name} names code that does not exist: {missing(names)}"
+
+
+@pytest.mark.parametrize("doc", DYTC_IN, ids=lambda path: path.name)
+def test_every_code_name_where_a_doc_speaks_of_dytc_exists(doc: Path) -> None:
+    names = code_names(dytc_passages(doc.read_text()))
+    assert len(names) >= 5, f"{doc.name}: the DyTC passages' code names were not found"
+    assert not missing(names), f"{doc.name} names code that does not exist: {missing(names)}"
+
+
+def test_the_dytc_passages_are_the_ones_that_name_it() -> None:
+    text = (
+        "DyTC's rule (`exploration_cost`)\nwraps here.\n\nThe verifier (`no_such_verifier`).\n\n"
+        "| row | `dytc.no_such_rule` |\n| row | `no_such_cell` |\n\n`MUTATION_DYTC_NAMES` in dytc"
+    )
+    names = code_names(dytc_passages(text))
+    assert names == ["exploration_cost", "dytc.no_such_rule", "MUTATION_DYTC_NAMES"]
+    assert missing(names) == names[:2]
 
 
 def test_a_planted_name_trips_the_check() -> None:
