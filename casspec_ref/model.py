@@ -35,24 +35,33 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
     return weight * xs.to(x.dtype)
 
 
+#: The shape-invariant attention pads the keys to a multiple of this many (zero K/V, masked out):
+#: a 16-bit product's kernel, and with it the order of its float32 sum, changes with the
+#: reduction length, so every product runs at one of a few lengths (docs/floating_point.md).
+KEY_BLOCK = 64
+
+
 def attention(
     q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, shape_invariant: bool = True
 ) -> Tensor:
     """Scaled dot-product attention; ``q (B, H, N, Dh)``, ``k, v (B, H, S, Dh)``, ``bias (N, S)``.
 
     In float32/64, or with ``shape_invariant=False``: `F.scaled_dot_product_attention`, the fused
-    kernel. In 16-bit floats: two products in the compute dtype and a float32 softmax (Hugging
-    Face's eager form). A 16-bit product rounds each output once from a float32 sum whose order
-    does not depend on the number of query rows N, whereas the fused kernel's order does, so a
-    row's output is the same bits whether it is computed alone (the naive loop) or among a
-    verify forward's rows (measured and tested: docs/floating_point.md).
+    kernel, whose summation order depends on N. In 16-bit floats: Hugging Face's eager form (two
+    products in the compute dtype, each output rounded once from a float32 sum; a float32
+    softmax) over keys padded to a multiple of `KEY_BLOCK`, so a row's output is the same bits
+    whether it is computed alone (the naive loop) or among a verify forward's rows: measured for
+    the shipped model's shapes and tested (docs/floating_point.md).
     """
     if not shape_invariant or q.dtype not in (torch.bfloat16, torch.float16):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
-    scores = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5  # (B, H, N, S)
-    if bias is not None:
-        scores = scores + bias
-    weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)  # (B, H, N, S)
+    n_keys = k.shape[-2]
+    pad = -n_keys % KEY_BLOCK
+    bias = q.new_zeros(q.shape[-2], n_keys) if bias is None else bias  # (N, S)
+    k, v = F.pad(k, (0, 0, 0, pad)), F.pad(v, (0, 0, 0, pad))  # (B, H, S', Dh)
+    bias = F.pad(bias, (0, pad), value=float("-inf"))  # (N, S')
+    scores = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5 + bias  # (B, H, N, S')
+    weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)  # (B, H, N, S')
     return weights @ v  # (B, H, N, Dh)
 
 

@@ -122,7 +122,7 @@ def test_function_length_rule_can_fail(tmp_path: Path) -> None:
 
 #: The core's budget in lines (``wc -l``, docstrings, comments and blank lines included): what a
 #: student reads in an afternoon. Argument checks, loaders, tools and baselines live outside it.
-CORE_LINE_BUDGET = 2552
+CORE_LINE_BUDGET = 2620
 
 
 def core_lines(modules: list[Path]) -> int:
