@@ -38,10 +38,10 @@ timeout 150 "$PY" benchmarks/cuda_forward.py "${MODEL_ARGS[@]}" --repeats 10 --s
     --json "$OUT/forward_static.json" 2>&1 | tee "$OUT/forward_static.txt" || true
 for DT in bfloat16 float32; do
     timeout 60 "$PY" -m casspec_ref bench --device cuda --dtype "$DT" --max-new-tokens 64 --runs 1 \
-        --limit 4 --methods ar,pld:3,chain,cas-spec --verify-curve "${MODEL_ARGS[@]}" \
+        --limit 4 --methods ar,ar-plain,pld:3,chain,cas-spec --verify-curve "${MODEL_ARGS[@]}" \
         --out "$OUT/bench_${DT}_bundled" --no-progress || true
     timeout 45 "$PY" -m casspec_ref bench --device cuda --dtype "$DT" --max-new-tokens 64 --runs 1 \
-        --limit 4 --questions heldout --methods ar,pld:3,chain,cas-spec "${MODEL_ARGS[@]}" \
+        --limit 4 --questions heldout --methods ar,ar-plain,pld:3,chain,cas-spec "${MODEL_ARGS[@]}" \
         --out "$OUT/bench_${DT}_heldout" --no-progress || true
 done
 rm -f "$OUT/model.gguf"
