@@ -14,7 +14,14 @@ SmolLM2-135M (the embedded GGUF) in each dtype asked for:
 - ``syncs``: host-device synchronizations during 16 tokens of `generate_ar`, from
   ``torch.cuda.set_sync_debug_mode`` (one per token is the argmax the loop must read).
 
-Run: ``python benchmarks/cuda_forward.py [--dtypes bfloat16,float32] [--json PATH]``.
+With ``--static W`` the model runs through the fixed-shape path (`casspec_ref.accel.static_forward`:
+every forward at W rows over the whole static cache, captured as CUDA graphs and replayed), and
+``--equality N`` also runs N bundled and N held-out questions (64 tokens, greedy) through the
+naive loop and each method, checks every method's tokens equal to the naive loop's, and only
+then reports tok/s per method.
+
+Run: ``python benchmarks/cuda_forward.py [--dtypes bfloat16,float32] [--static 16]
+[--equality 6] [--model PATH] [--json PATH]``.
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ from casspec_ref.generate import generate_ar
 from casspec_ref.kv_cache import KVCache
 from casspec_ref.model import Transformer
 
-SIZES = (1, 2, 4, 8, 16)
+SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
 CONTEXT = 256
 
 
@@ -89,19 +96,71 @@ def count_syncs(model: Transformer, prompt: list[int], tokens: int) -> int:
     return sum("synchroniz" in str(w.message) for w in caught)
 
 
+METHODS = ("pld", "chain", "vchc", "static-tree", "cas-spec")
+
+
+def equality_then_speed(model: Transformer, tokenizer, n: int) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    """Every method's greedy tokens against the naive loop's on the first ``n`` bundled and
+    held-out questions (64 tokens); tok/s per method only when all of its outputs are equal."""
+    from casspec_ref.speculative import generate_speculative
+    from casspec_ref.tools.bench import default_questions_path, load_questions
+
+    out: dict[str, object] = {}
+    for name in ("prompts", "prompts_heldout"):
+        questions = load_questions(default_questions_path(name))[:n]
+        prompts = [
+            tokenizer.apply_chat_template([{"role": "user", "content": q.turns[0]}])
+            for q in questions
+        ]
+        stop = tokenizer.stop_ids
+        seconds: dict[str, float] = {}
+        tokens: dict[str, int] = {}
+        diverged: dict[str, int] = {}
+        for prompt in prompts:
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            want = generate_ar(model, prompt, 64, stop_ids=stop).tokens
+            torch.cuda.synchronize()
+            seconds["ar"] = seconds.get("ar", 0.0) + time.perf_counter() - start
+            tokens["ar"] = tokens.get("ar", 0) + len(want)
+            for method in METHODS:
+                start = time.perf_counter()
+                got = generate_speculative(model, prompt, 64, method=method, stop_ids=stop).tokens
+                torch.cuda.synchronize()
+                seconds[method] = seconds.get(method, 0.0) + time.perf_counter() - start
+                tokens[method] = tokens.get(method, 0) + len(got)
+                diverged[method] = diverged.get(method, 0) + (got != want)
+        out[name] = {
+            "diverged": diverged,
+            "tok_s": {
+                m: round(tokens[m] / seconds[m], 1)
+                for m in seconds
+                if m == "ar" or diverged[m] == 0
+            },
+        }
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dtypes", default="bfloat16,float32")
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--model", default=None, help="GGUF file (default: the embedded one)")
+    parser.add_argument("--static", type=int, default=0, help="fixed width W (0 = eager)")
+    parser.add_argument("--equality", type=int, default=0, help="questions per prompt set")
     args = parser.parse_args()
     from casspec_ref.io.weights import load_model
 
     record: dict[str, object] = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
     for name in args.dtypes.split(","):
         dtype = getattr(torch, name)
-        model, tokenizer = load_model(dtype=dtype, device="cuda")
+        model, tokenizer = load_model(args.model, dtype=dtype, device="cuda")
         assert tokenizer is not None
+        if args.static:
+            from casspec_ref.accel.static_forward import StaticModel
+
+            model = StaticModel(model, args.static)
         chat = [{"role": "user", "content": "Why is the sky blue?"}]
         prompt = tokenizer.apply_chat_template(chat)
         with torch.inference_mode():
@@ -110,6 +169,13 @@ def main() -> None:
             start = time.perf_counter()
             n = len(generate_ar(model, prompt, 64).tokens)
             costs["ar_tok_s"] = round(n / (time.perf_counter() - start), 1)
+            if args.equality:
+                costs["equality"] = equality_then_speed(model, tokenizer, args.equality)
+            if args.static:
+                costs["graphs"] = {
+                    "captured": model.static.captured,
+                    "fallbacks": model.static.fallbacks,
+                }
         print(f"== {name}: {costs.pop('top_ops')}")
         print(json.dumps(costs, indent=1))
         record[name] = costs

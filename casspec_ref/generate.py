@@ -1,7 +1,10 @@
 """The naive loop: plain autoregressive decoding, one token per target forward through the KV
 cache. It is the baseline every speedup is measured against, and the correctness oracle: a
 lossless method emits exactly its tokens when greedy, the same law when sampling (docs/method.md
-§1). Why it is a fair baseline: docs/design.md (`generate.py`)."""
+§1). Its one-row forwards compute each token's logits with the same bits as a verify forward
+computes that token's row, in every dtype the model's forward makes shape-invariant (bfloat16
+and float16 on CPU: `model.attention`; how it is proven: docs/floating_point.md). Why it is a
+fair baseline: docs/design.md (`generate.py`)."""
 
 from __future__ import annotations
 
@@ -31,11 +34,19 @@ class GenerationResult:
 
 
 def generate_ar(
-    model: Transformer, prompt_ids: Sequence[int] | torch.Tensor, max_new_tokens: int, *,
-    temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int | None = None,
-    rng: RandomSource | None = None, stop_ids: Iterable[int] = (),
-    on_token: Callable[[int], None] | None = None, plan: ExecutionPlan | None = None,
-) -> GenerationResult:  # fmt: skip
+    model: Transformer,
+    prompt_ids: Sequence[int] | torch.Tensor,
+    max_new_tokens: int,
+    *,
+    temperature: float = 0.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    seed: int | None = None,
+    rng: RandomSource | None = None,
+    stop_ids: Iterable[int] = (),
+    on_token: Callable[[int], None] | None = None,
+    plan: ExecutionPlan | None = None,
+) -> GenerationResult:
     """Plain autoregressive decoding, one token per forward through a KV cache.
 
     Args:
@@ -50,10 +61,10 @@ def generate_ar(
     Returns:
         A `GenerationResult`.
     """
+    sampling = (temperature, top_k, top_p)
     prompt, stop = check_generation_args(
-        model.config, prompt_ids, max_new_tokens, temperature, top_k, top_p, stop_ids, seed, rng,
-        plan,
-    )  # fmt: skip
+        model.config, prompt_ids, max_new_tokens, *sampling, stop_ids, seed, rng, plan
+    )
     source = rng if rng is not None else TorchRandomSource(seed=seed)
     param = model.tok_emb.weight
     dtype = param.dtype if plan is None or plan.compute_dtype is None else plan.compute_dtype
@@ -81,9 +92,16 @@ def generate_ar(
                 break
             feed = torch.tensor([[token]], dtype=torch.long, device=param.device)  # (1, 1)
     end = time.perf_counter()
-    total = end - start
-    timing = {"prefill_s": prefill_end - start, "decode_s": end - prefill_end, "total_s": total}
-    timing["tokens_per_s"] = len(tokens) / total if total > 0 else 0.0
+    timing = {"prefill_s": prefill_end - start, "decode_s": end - prefill_end}
+    return GenerationResult(tokens, prompt, stopped, *_ar_records(timing, plan, prompt, tokens))
+
+
+def _ar_records(
+    timing: dict[str, float], plan: ExecutionPlan | None, prompt: list[int], tokens: list[int]
+) -> tuple[dict[str, float], dict[str, Any]]:
+    """The naive loop's timing (``timing`` holds prefill_s and decode_s) and statistics."""
+    total = timing["prefill_s"] + timing["decode_s"]
+    timing = {**timing, "total_s": total, "tokens_per_s": len(tokens) / total if total > 0 else 0.0}
     stats: dict[str, Any] = {
         "method": "ar",
         "plan": "target" if plan is None else plan.name,
@@ -92,4 +110,4 @@ def generate_ar(
         "target_forwards": len(tokens),  # one forward per token: the prefill gives the first
         "mat": 1.0 if tokens else 0.0,
     }
-    return GenerationResult(tokens, prompt, stopped, timing, stats)
+    return timing, stats

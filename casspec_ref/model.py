@@ -35,6 +35,36 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
     return weight * xs.to(x.dtype)
 
 
+#: The shape-invariant attention pads the keys to a multiple of this many (zero K/V, masked out):
+#: a 16-bit product's kernel, and with it the order of its float32 sum, changes with the
+#: reduction length, so every product runs at one of a few lengths (docs/floating_point.md).
+KEY_BLOCK = 64
+
+
+def attention(
+    q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, shape_invariant: bool = True
+) -> Tensor:
+    """Scaled dot-product attention; ``q (B, H, N, Dh)``, ``k, v (B, H, S, Dh)``, ``bias (N, S)``.
+
+    In float32/64, or with ``shape_invariant=False``: `F.scaled_dot_product_attention`, the fused
+    kernel, whose summation order depends on N. In 16-bit floats: Hugging Face's eager form (two
+    products in the compute dtype, each output rounded once from a float32 sum; a float32
+    softmax) over keys padded to a multiple of `KEY_BLOCK`, so a row's output is the same bits
+    whether it is computed alone (the naive loop) or among a verify forward's rows: measured for
+    the shipped model's shapes and tested (docs/floating_point.md).
+    """
+    if not shape_invariant or q.dtype not in (torch.bfloat16, torch.float16):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+    n_keys = k.shape[-2]
+    pad = -n_keys % KEY_BLOCK
+    bias = q.new_zeros(q.shape[-2], n_keys) if bias is None else bias  # (N, S)
+    k, v = F.pad(k, (0, 0, 0, pad)), F.pad(v, (0, 0, 0, pad))  # (B, H, S', Dh)
+    bias = F.pad(bias, (0, pad), value=float("-inf"))  # (N, S')
+    scores = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5 + bias  # (B, H, N, S')
+    weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)  # (B, H, N, S')
+    return weights @ v  # (B, H, N, Dh)
+
+
 def rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """Rotary embedding, HF's "rotate half" form: ``x cos + (-x2, x1) sin``, ``x = (x1, x2)``.
     The sign lives in the table (`_tables`): ``(-x2, x1) sin = (x2, x1) (-sin1, sin2)``, a roll."""
@@ -74,6 +104,9 @@ class Transformer(nn.Module):
         self._derived: dict[object, tuple] = {}
         #: The loader's draft hierarchy for this checkpoint; None = `speculative.default_drafts`.
         self.preset_drafts: tuple[ExecutionPlan, ...] | None = None
+        #: 16-bit attention in `attention`'s shape-invariant form (a row's logits do not depend
+        #: on how many rows its forward runs); False = the fused kernel, whose rounding does.
+        self.shape_invariant = True
 
     def weights_in(self, dtype: torch.dtype) -> dict[str, Tensor]:
         """All parameters by state-dict name, in ``dtype``: the parameters themselves in their
@@ -118,10 +151,15 @@ class Transformer(nn.Module):
 
     @torch.no_grad()
     def forward(
-        self, tokens: Tensor, positions: Tensor | None = None, cache: KVCache | None = None,
-        attn_mask: Tensor | None = None, plan: ExecutionPlan | None = None, *,
+        self,
+        tokens: Tensor,
+        positions: Tensor | None = None,
+        cache: KVCache | None = None,
+        attn_mask: Tensor | None = None,
+        plan: ExecutionPlan | None = None,
+        *,
         last_only: bool = False,
-    ) -> Tensor:  # fmt: skip
+    ) -> Tensor:
         """Run ``T`` new tokens; return their logits ``(B, T, V)`` (or ``(B, 1, V)``) in the
         compute dtype. Values are trusted (see `validate_inputs`).
 
@@ -197,9 +235,17 @@ class Transformer(nn.Module):
         return linear(h, w[p + "mlp.proj.weight"], w[p + "mlp.proj.bias"], layer, "mlp_proj", plan)
 
     def _attention(
-        self, h: Tensor, w: dict[str, Tensor], p: str, layer: int, plan: ExecutionPlan,
-        cache: KVCache | None, bias: Tensor | None, cos: Tensor, sin: Tensor,
-    ) -> Tensor:  # fmt: skip
+        self,
+        h: Tensor,
+        w: dict[str, Tensor],
+        p: str,
+        layer: int,
+        plan: ExecutionPlan,
+        cache: KVCache | None,
+        bias: Tensor | None,
+        cos: Tensor,
+        sin: Tensor,
+    ) -> Tensor:
         """Grouped-query attention of block ``layer``: the G query heads that share a KV head
         are folded into the query axis, so K/V are read from the cache in place."""
         c = self.config
@@ -217,15 +263,19 @@ class Transformer(nn.Module):
             if k.dtype != q.dtype:  # a draft in another precision reads the target's cache
                 k, v = k.to(q.dtype), v.to(q.dtype)
         q = q.reshape(n_batch, c.n_kv_heads, -1, c.head_dim)  # (B, Hkv, G*T, Dh)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)  # (B, Hkv, G*T, Dh)
+        out = attention(q, k, v, bias, self.shape_invariant)  # (B, Hkv, G*T, Dh)
         out = out.reshape(n_batch, c.n_heads, n_new, c.head_dim)  # (B, H, T, Dh)
         out = out.transpose(1, 2).reshape(n_batch, n_new, c.d_model)  # (B, T, D)
         return linear(out, w[p + "attn.o.weight"], w.get(p + "attn.o.bias"), layer, "attn_o", plan)
 
     def validate_inputs(
-        self, tokens: Tensor, positions: Tensor | None = None, cache: KVCache | None = None,
-        attn_mask: Tensor | None = None, plan: ExecutionPlan | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        tokens: Tensor,
+        positions: Tensor | None = None,
+        cache: KVCache | None = None,
+        attn_mask: Tensor | None = None,
+        plan: ExecutionPlan | None = None,
+    ) -> None:
         """Check a forward's arguments fully, values and plan too (a host sync): once, at entry."""
         check_forward_inputs(self.config, tokens, positions, cache, attn_mask, plan)
 

@@ -117,6 +117,22 @@ def test_exact_linear_reads_the_active_table(monkeypatch: pytest.MonkeyPatch) ->
     assert kernels.active_table().form_for(40, 24, torch.bfloat16, 1) == Form("wxt", 2)
 
 
+def test_16_bit_products_on_the_cpu_take_one_form_whatever_the_table(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A bf16 table entry (the packed form, which rounds by row count) is not consulted on the
+    CPU: every row count runs `SHAPE_INVARIANT_FORM`, so a row's bits do not depend on it."""
+    calls = spy_on_run_form(monkeypatch)
+    entries = {(40, 24, torch.bfloat16, n): Form("linear", 0) for n in range(1, 17)}
+    kernels.use_table(KernelTable(entries))
+    w = torch.randn(40, 24).bfloat16()
+    x = torch.randn(12, 24).bfloat16()
+    together = kernels.exact_linear(x, w, None)  # (12, 40)
+    alone = [kernels.exact_linear(x[i : i + 1], w, None) for i in range(12)]
+    assert calls == [str(kernels.SHAPE_INVARIANT_FORM)] * 13
+    assert all(torch.equal(together[i : i + 1], alone[i]) for i in range(12))
+
+
 def spy_on_run_form(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Record the form of every call of `run_form` (which still answers)."""
     calls: list[str] = []

@@ -26,6 +26,13 @@ every forward reads the one active `KernelTable`, so one row count always rounds
 
 An empty table means the default forms everywhere. How a table is measured on a machine and
 cached is not part of the method: see `casspec_ref.accel.kernel_table`.
+
+In 16-bit floats on a CPU the table is not consulted: every product runs in one form,
+`SHAPE_INVARIANT_FORM`, whatever its row count. A 16-bit product rounds each output once from a
+float32 sum, and in one form that sum's order was measured not to depend on the row count, while
+oneDNN's packed product (the form a table picks for most bf16 shapes) changes it with the row
+count: greedy outputs then differ between the naive loop and a verify forward
+(docs/floating_point.md).
 """
 
 from __future__ import annotations
@@ -80,6 +87,14 @@ class Form:
 
     def __str__(self) -> str:
         return f"{self.base}@{self.pad_to}" if self.pad_to else self.base
+
+
+#: The one form of every 16-bit product on a CPU (the module docstring): the transposed product,
+#: one row padded to two (a one-row product would run a matrix-vector kernel, which sums in
+#: another order).
+SHAPE_INVARIANT_FORM = Form("wxt", 2)
+#: The dtypes whose CPU products take `SHAPE_INVARIANT_FORM`.
+SHAPE_INVARIANT_DTYPES = (torch.bfloat16, torch.float16)
 
 
 def default_form(dtype: torch.dtype, rows: int) -> Form:
@@ -196,13 +211,16 @@ def use_table(table: KernelTable | None) -> KernelTable:
 
 
 def exact_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """``x @ weight.T + bias`` in the form the active table chose for this shape and row count.
+    """``x @ weight.T + bias`` in the form the active table chose for this shape and row count
+    (in 16-bit floats on a CPU: `SHAPE_INVARIANT_FORM`, for every row count).
 
     Args:
         x: ``(..., in)``; weight: ``(out, in)``; bias: ``(out,)`` or None.
     Returns:
         ``(..., out)``.
     """
+    if x.dtype in SHAPE_INVARIANT_DTYPES and x.device.type == "cpu":
+        return run_form(SHAPE_INVARIANT_FORM, x, weight, bias)  # shape-invariant: no table
     rows = x.numel() // x.shape[-1]
     form = _ACTIVE.forms.get((weight.shape[0], weight.shape[1], x.dtype, table_rows(rows)))
     if form is None:

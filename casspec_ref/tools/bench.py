@@ -70,6 +70,10 @@ MT_BENCH_CATEGORIES = frozenset(
 )
 GROUP_ORDER = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag")
 EXTERNAL_METHODS = ("hf", "hf-pld")
+#: The naive loop in the plain form (`Transformer.shape_invariant` off: the fused attention
+#: kernel, whose 16-bit rows round by shape): its tok/s and its divergences from ``ar``, the
+#: shape-invariant naive loop every method is checked against (docs/floating_point.md).
+PLAIN_AR = "ar-plain"
 #: Methods that take a fixed k (``pld:K``, ``chain:K``, ``pld-or-chain:K``: its chain's K).
 SIZED_METHODS = ("pld", "chain", "pld-or-chain")
 VERIFY_SIZES = (1, 2, 3, 4, 6, 8, 12, 16)
@@ -294,12 +298,16 @@ def _make_runner(
         calls[0] += 1
         return {"seed": None if seed is None else seed + calls[0]} if sampling else {}
 
-    if method == "ar":
+    if method in ("ar", PLAIN_AR):
 
         def run_ar(prompt_ids: list[int], max_new: int) -> tuple[list[int], dict[str, Any]]:
-            result = generate_ar(
-                model, prompt_ids, max_new, stop_ids=stop_ids, **sampling, **coins()
-            )
+            previous, model.shape_invariant = model.shape_invariant, method == "ar"
+            try:
+                result = generate_ar(
+                    model, prompt_ids, max_new, stop_ids=stop_ids, **sampling, **coins()
+                )
+            finally:
+                model.shape_invariant = previous
             return list(result.tokens), turn_stats(result)
 
         return run_ar
@@ -599,7 +607,7 @@ def summarize(
                         if None in decodes
                         else statistics.fmean(d for d in decodes if d is not None)
                     ),
-                    "mat": statistics.fmean(mats) if method != "ar" else 1.0,
+                    "mat": statistics.fmean(mats) if method not in ("ar", PLAIN_AR) else 1.0,
                     "tokens_per_s": statistics.fmean(tps_list),
                     "tokens_per_s_std": statistics.stdev(tps_list) if len(tps_list) > 1 else 0.0,
                     "equal_to_ar": equal[method],
@@ -878,7 +886,7 @@ def main(argv: Sequence[str] | None = None, *, model: Any = None, tokenizer: Any
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
     own_methods = list(method_names())
-    available = own_methods + list(EXTERNAL_METHODS)
+    available = own_methods + list(EXTERNAL_METHODS) + [PLAIN_AR]
     methods = args.methods.split(",") if args.methods else own_methods
     methods = [m.strip() for m in methods if m.strip()]
     for method in methods:
