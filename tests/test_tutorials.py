@@ -258,6 +258,17 @@ def test_every_casspec_ref_name_the_tutorials_cite_exists():
                 raise AssertionError(f"{where} cites `{dotted}`, which does not import")
 
 
+def test_nb03_quotes_the_number_of_draws_its_code_takes():
+    """The sampled check's resolution, 1/sqrt(draws), and the exercise's budget are stated in the
+    prose; they are the code's `draws`."""
+    nb03 = NOTEBOOKS[3]
+    draws = int(re.search(r"^draws = ([\d_]+)$", _code(nb03), re.MULTILINE).group(1))
+    prose = _markdown(nb03)
+    assert f"about 1/sqrt({draws})" in prose
+    assert f"({draws:,} draws, 5 standard errors)".replace(",", " ", 1) in prose
+    assert "< 5 * " in _code(nb03)
+
+
 def test_lecture_zero_file_imports_only_the_standard_library():
     tree = ast.parse((TUTORIALS / "speculative_sampling_in_one_file.py").read_text())
     imported = {
