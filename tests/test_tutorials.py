@@ -166,6 +166,11 @@ def test_prose_names_dytcs_estimate_defaults_as_the_config_defines_them():
         f"DyTC's own default (`DyTCConfig`) is weight {cfg.ema_weight} on the mean of the last "
         f"{cfg.window}, after {cfg.warmup} warm-up observations" in nb07
     )
+    paper = dytc.DyTCConfig.paper()  # the notes' parameterization is the paper preset's
+    assert (
+        f"public notes on the paper (weight {paper.ema_weight} on the mean of the last "
+        f"{paper.window}, after {paper.warmup} warm-up observations)" in nb07
+    )
 
 
 def test_every_draft_name_in_backticks_exists():
@@ -253,6 +258,17 @@ def test_every_casspec_ref_name_the_tutorials_cite_exists():
                 raise AssertionError(f"{where} cites `{dotted}`, which does not import")
 
 
+def test_nb03_quotes_the_number_of_draws_its_code_takes():
+    """The sampled check's resolution, 1/sqrt(draws), and the exercise's budget are stated in the
+    prose; they are the code's `draws`."""
+    nb03 = NOTEBOOKS[3]
+    draws = int(re.search(r"^draws = ([\d_]+)$", _code(nb03), re.MULTILINE).group(1))
+    prose = _markdown(nb03)
+    assert f"about 1/sqrt({draws})" in prose
+    assert f"({draws:,} draws, 5 standard errors)".replace(",", " ", 1) in prose
+    assert "< 5 * " in _code(nb03)
+
+
 def test_lecture_zero_file_imports_only_the_standard_library():
     tree = ast.parse((TUTORIALS / "speculative_sampling_in_one_file.py").read_text())
     imported = {
@@ -284,13 +300,15 @@ STALE_IN_TUTORIALS = [
     "shared and noisy",  # no remarks about the host
     "noisy run",
     "int8 W8A8",  # that plan is w8a8-no_mlp_down-fast
+    # A consequence of T leaving out the verify cost, not a lesson (docs/method.md states it as
+    # that consequence, rightly).
+    "T prefers k = 1",
 ]
 
 STALE = [
     "7-layer skip",  # the default levels are the preset hierarchy's
     "layer-skipping version of SmolLM2",  # the chain draft is the int8 level
     "exactly as the boundary predicts",  # the boundary leaves out the verify cost
-    "T prefers k = 1",  # a consequence of T leaving out the verify cost, not a lesson
     "`dytc.T`",  # the function is dytc.t_score
     "docs/design.md`) and builds",  # the Q/K un-permutation is in docs/smollm2.md
     "in `seeds/`",  # not part of the repository

@@ -17,19 +17,19 @@ def gain_one_token(a1, c1, g):
     # for a cost of c1 (the draft) + 1 + g (a target forward over 2 tokens); plain: 1 per 1.
     return (1 + a1) / (1 + c1 + g)
 
-g_max = 0.93 - 0.63  # gain = 1 where 1 + a1 = 1 + c1 + g
+g_max = a1_rec - c1_rec  # gain = 1 where 1 + a1 = 1 + c1 + g
 
 # %% wrong: verify-cost: the verify cost left out of the denominator
 def gain_one_token(a1, c1, g):
     return (1 + a1) / (1 + c1)
 
-g_max = 0.93 - 0.63
+g_max = a1_rec - c1_rec
 
 # %% wrong: verify-cost: the drafted token counted, the target's own token forgotten
 def gain_one_token(a1, c1, g):
     return a1 / (c1 + g)
 
-g_max = 0.93 - 0.63
+g_max = a1_rec - c1_rec
 
 # %% exercise: acceptance
 def acceptance_by_source(traces):

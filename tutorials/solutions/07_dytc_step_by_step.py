@@ -4,7 +4,7 @@
 #
 # Hints to the open questions at the end of the notebook:
 # 1. EWIF(k) = (1 - a^(k+1)) / ((1 - a)(c k + v)); compare consecutive k as for notebook 4.
-# 2. Lower toy_world['good']['cost'] and rerun grow(toy_world, tables['CPU']).
+# 2. Lower toy_world['good']['cost'] and rerun grow(toy_world, tables['steep']).
 # 3. The tree must be fixed before the verifier's coins are drawn; otherwise the law of the step
 #    is a mixture that depends on those coins.
 # 4. Feed MiniEstimate a long i.i.d. stream at 0.7 and compare the standard deviation of alpha
@@ -62,41 +62,83 @@ def my_tree_tokens(parents, accept):
     return total
 
 # %% exercise: growth-step
-def my_grow_step(tree, world, table):
-    best, best_ewif = None, tree_ewif(tree, table)
-    for leaf in [n for n in range(len(tree[0])) if n not in tree[0]]:
-        for draft in world.values():
-            for k in range(1, 9):
-                for width in range(1, len(draft["siblings"]) + 2):
-                    grown = extend(tree, leaf, draft, k, width)
-                    if tree_ewif(grown, table) > best_ewif:
-                        best, best_ewif = grown, tree_ewif(grown, table)
+def my_grow_step(tree, world, table, drafts=None):
+    size, pld = len(tree[0]), world["pld"]
+    room = min(8, 32 - size)  # the longest chain, within the tree's budget of 32 nodes
+    if room < 1:
+        return None
+    options = []
+    for leaf in [n for n in range(size) if n not in tree[0]]:  # a leaf has no child
+        for d in (world[name] for name in (drafts or world)):
+            t = [t_score_mini(d["alpha"], k, d["cost"], pld["alpha"], pld["cost"], verify_cost(table, size + k))
+                 for k in range(1, room + 1)]
+            cap = 1 + t.index(max(t))  # T's best k caps the chain
+            options += [extend(tree, leaf, d, k, w) for k in range(1, cap + 1)
+                        for w in range(1, len(d["siblings"]) + 2)]
+    best = max(options, key=lambda t: tree_ewif(t, table), default=None)
+    if best is None or tree_ewif(best, table) <= tree_ewif(tree, table):
+        return None  # the stop rule
+    return best
+
+# %% wrong: growth-step: T alone picks k (the paper's rule as stated), the EWIF only the rest
+def my_grow_step(tree, world, table, drafts=None):
+    size, pld = len(tree[0]), world["pld"]
+    if size >= 32:
+        return None
+    options = []
+    for leaf in [n for n in range(size) if n not in tree[0]]:
+        for d in (world[name] for name in (drafts or world)):
+            t = [t_score_mini(d["alpha"], k, d["cost"], pld["alpha"], pld["cost"], verify_cost(table, size + k))
+                 for k in range(1, min(8, 32 - size) + 1)]
+            k = 1 + t.index(max(t))
+            options += [extend(tree, leaf, d, k, w) for w in range(1, len(d["siblings"]) + 2)]
+    best = max(options, key=lambda t: tree_ewif(t, table), default=None)
+    if best is None or tree_ewif(best, table) <= tree_ewif(tree, table):
+        return None
     return best
 
 # %% wrong: growth-step: only the root expanded, never a deeper leaf
-def my_grow_step(tree, world, table):
-    best, best_ewif = None, tree_ewif(tree, table)
-    for draft in world.values():
-        for k in range(1, 9):
-            for width in range(1, len(draft["siblings"]) + 2):
-                grown = extend(tree, 0, draft, k, width)
-                if tree_ewif(grown, table) > best_ewif:
-                    best, best_ewif = grown, tree_ewif(grown, table)
+def my_grow_step(tree, world, table, drafts=None):
+    size, pld = len(tree[0]), world["pld"]
+    if size >= 32:
+        return None
+    options = []
+    for d in (world[name] for name in (drafts or world)):
+        t = [t_score_mini(d["alpha"], k, d["cost"], pld["alpha"], pld["cost"], verify_cost(table, size + k))
+             for k in range(1, min(8, 32 - size) + 1)]
+        options += [extend(tree, 0, d, k, w) for k in range(1, 2 + t.index(max(t)))
+                    for w in range(1, len(d["siblings"]) + 2)]
+    best = max(options, key=lambda t: tree_ewif(t, table), default=None)
+    if best is None or tree_ewif(best, table) <= tree_ewif(tree, table):
+        return None
     return best
 
 # %% wrong: growth-step: no stop rule (the best expansion even when it makes the tree worse)
-def my_grow_step(tree, world, table):
-    options = [extend(tree, leaf, d, k, w) for leaf in range(len(tree[0])) if leaf not in tree[0]
-               for d in world.values() for k in range(1, 9) for w in range(1, len(d["siblings"]) + 2)]
+def my_grow_step(tree, world, table, drafts=None):
+    size, pld = len(tree[0]), world["pld"]
+    if size >= 32:
+        return None
+    options = []
+    for leaf in [n for n in range(size) if n not in tree[0]]:
+        for d in (world[name] for name in (drafts or world)):
+            t = [t_score_mini(d["alpha"], k, d["cost"], pld["alpha"], pld["cost"], verify_cost(table, size + k))
+                 for k in range(1, min(8, 32 - size) + 1)]
+            options += [extend(tree, leaf, d, k, w) for k in range(1, 2 + t.index(max(t)))
+                        for w in range(1, len(d["siblings"]) + 2)]
     return max(options, key=lambda t: tree_ewif(t, table))
 
 # %% wrong: growth-step: chains only (width 1), no siblings
-def my_grow_step(tree, world, table):
-    best, best_ewif = None, tree_ewif(tree, table)
-    for leaf in [n for n in range(len(tree[0])) if n not in tree[0]]:
-        for draft in world.values():
-            for k in range(1, 9):
-                grown = extend(tree, leaf, draft, k, 1)
-                if tree_ewif(grown, table) > best_ewif:
-                    best, best_ewif = grown, tree_ewif(grown, table)
+def my_grow_step(tree, world, table, drafts=None):
+    size, pld = len(tree[0]), world["pld"]
+    if size >= 32:
+        return None
+    options = []
+    for leaf in [n for n in range(size) if n not in tree[0]]:
+        for d in (world[name] for name in (drafts or world)):
+            t = [t_score_mini(d["alpha"], k, d["cost"], pld["alpha"], pld["cost"], verify_cost(table, size + k))
+                 for k in range(1, min(8, 32 - size) + 1)]
+            options += [extend(tree, leaf, d, k, 1) for k in range(1, 2 + t.index(max(t)))]
+    best = max(options, key=lambda t: tree_ewif(t, table), default=None)
+    if best is None or tree_ewif(best, table) <= tree_ewif(tree, table):
+        return None
     return best
