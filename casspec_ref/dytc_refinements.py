@@ -56,6 +56,14 @@ class Outcome:
     kind: Kind = "draft"
     bin: int = 0
 
+    @property
+    def label(self) -> str:
+        """How a report names the estimate: ``pld``, ``pld next``, ``pld match 2``,
+        ``l1 margin 3`` (for reading only: nothing parses it)."""
+        if self.kind == "draft":
+            return self.draft
+        return f"{self.draft} {self.kind}" + (f" {self.bin}" if self.kind != "next" else "")
+
     def pooled(self) -> Outcome:
         """The draft's own estimate, which a match or a margin outcome teaches too (T(S, k) and
         the tokens not drafted yet count on it); a continuation is learned apart."""

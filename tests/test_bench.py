@@ -301,5 +301,6 @@ def test_sized_methods_sampling_verify_curve_and_dytc_report(tmp_path: Path, tin
     assert set(result["verify_curve_ms"]) == {str(t) for t in bench.VERIFY_SIZES}
     report = result["dytc"]["cas-spec"]
     assert report["verify_ms"] and {"pld", "recycle"} <= set(report["drafts"])
-    assert report["drafts"]["pld+"]["c"] is None  # a continuing estimate has no cost of its own
+    assert report["drafts"]["pld next"]["c"] is None  # a continuing estimate has no cost of its own
+    assert report["drafts"]["pld"]["c"] is not None  # the lookup's own estimate has one
     assert bench.main([*argv[:-6], "--temperature", "-1"], model=model, tokenizer=tokenizer) == 2

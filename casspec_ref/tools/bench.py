@@ -121,17 +121,21 @@ def measure_verify_curve(
 
 
 def dytc_report(policy: Any) -> dict[str, Any]:
-    """What DyTC learned: its verify cost curve (ms), and alpha and c per draft."""
+    """What DyTC learned: its verify cost curve (ms), and alpha and c per estimate (each
+    draft's own, then the refined ones, named by `Outcome.label`)."""
     return {
         "verify_ms": {t: 1000 * s for t, s in sorted(policy.verify_cost.seconds.items())},
         "drafts": {
-            # c of a draft; none for a free draft's continuing estimate (`pld+`: same lookup)
-            name: {
+            # c belongs to a draft's own estimate; a refined one (a lookup's continuation, a
+            # margin bin) is drafted by the same forward or lookup and has none of its own
+            key.label: {
                 "alpha": est.alpha,
                 "observations": est.count,
-                "c": policy.cost(name) if name in policy.draft_cost else None,
+                "c": policy.cost(key.draft)
+                if key.kind == "draft" and key.draft in policy.draft_cost
+                else None,
             }
-            for name, est in policy.alpha.items()
+            for key, est in policy.estimates().items()
         },
         "explore_budget_s": policy.explore_budget,
     }
