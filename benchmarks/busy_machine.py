@@ -24,8 +24,8 @@ Output: one JSON record, printed and written to ``<out>/busy_machine.json`` with
     {
       "settings": {"tokens": int, "prompt": str, "competitor_s": float, "methods": [str],
                    "thread_settings": [str], "conditions": [str]},
-      "environment": {"cpus": int, "torch": str, "python": str, "platform": str,
-                      "git_commit": str, "time": str,
+      "environment": {"command": str, "machine": str, "cpus": int, "torch": str, "python": str,
+                      "platform": str, "git_commit": str, "time": str,
                       "load": {"start": {...} | null, "end": {...} | null, "changed": bool | null}},
       "runs": [  # one per (setting, method, condition)
         {"setting": "policy" | "inherited", "method": "ar" | "cas-spec" | "hf",
@@ -55,6 +55,7 @@ import atexit
 import json
 import os
 import platform
+import shlex
 import signal
 import subprocess
 import sys
@@ -261,7 +262,10 @@ def main(argv: list[str] | None = None) -> int:
             "thread_settings": settings,
             "conditions": conditions,
         },
-        "environment": _environment(threads.load_record(load_start, threads.machine_load())),
+        "environment": _environment(
+            threads.load_record(load_start, threads.machine_load()),
+            shlex.join(["python", "benchmarks/busy_machine.py", *sys.argv[1:]]),
+        ),
         "runs": runs,
         "ratios": busy,
         "speedups": speedups,
@@ -274,8 +278,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _environment(load: dict[str, Any]) -> dict[str, Any]:
+def _environment(load: dict[str, Any], command: str) -> dict[str, Any]:
     import torch
+
+    from casspec_ref.tools.bench import machine_name
 
     try:
         commit = subprocess.run(
@@ -284,6 +290,8 @@ def _environment(load: dict[str, Any]) -> dict[str, Any]:
     except (OSError, subprocess.SubprocessError):
         commit = ""
     return {
+        "command": command,
+        "machine": machine_name("cpu"),
         "cpus": os.cpu_count(),
         "torch": torch.__version__,
         "python": platform.python_version(),
