@@ -73,7 +73,10 @@ def test_plain_signature() -> None:
 
 def test_vllm_v0_port_with_torchscript_kept_gets_a_verdict_from_the_command() -> None:
     """The command finds the scripted ``_multinomial`` and imports the port again with
-    TorchScript disabled; the one-line-broken sampler is caught the same way."""
+    TorchScript disabled; the one-line-broken sampler is caught the same way. An earlier test
+    may have left the port imported without TorchScript: a fresh import keeps it scripted, as a
+    new process would find it."""
+    sys.modules.pop(PORT, None)
     out = io.StringIO()
     small = {"families": ["random"], "vocab": [3], "k": [2], "as_json": True, "stream": out}
     code = run_check_command(f"{PORT}:RejectionSampler", signature="vllm-v0", **small)
