@@ -281,14 +281,8 @@ def main(argv: list[str] | None = None) -> int:
 def _environment(load: dict[str, Any], command: str) -> dict[str, Any]:
     import torch
 
-    from casspec_ref.tools.bench import machine_name
+    from casspec_ref.tools.bench import git_commit, machine_name
 
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        commit = ""
     return {
         "command": command,
         "machine": machine_name("cpu"),
@@ -296,7 +290,7 @@ def _environment(load: dict[str, Any], command: str) -> dict[str, Any]:
         "torch": torch.__version__,
         "python": platform.python_version(),
         "platform": platform.platform(),
-        "git_commit": commit,
+        "git_commit": git_commit(),
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "load": load,
     }

@@ -688,18 +688,23 @@ def command_line(argv: Sequence[str]) -> str:
     return prefix + shlex.join(["python", "-m", "casspec_ref", "bench", *argv])
 
 
+def git_commit() -> str:
+    """The checked-out commit a run measures ("" outside a git checkout)."""
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
 def environment(device: str, dtype: str, command: str = "") -> dict[str, Any]:
     """What a reader needs to reproduce the figures: the command, machine, software, commit."""
     import torch
 
     from casspec_ref.accel import threads
 
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        commit = ""
+    commit = git_commit()
     name = torch.cuda.get_device_name() if device.startswith("cuda") else platform.processor()
     return {
         "command": command,
