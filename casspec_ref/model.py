@@ -19,13 +19,20 @@ from casspec_ref.plan import IDENTITY, ExecutionPlan
 
 
 def linear(
-    x: Tensor, weight: Tensor, bias: Tensor | None, layer: int, name: str, plan: ExecutionPlan
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    layer: int,
+    name: str,
+    plan: ExecutionPlan,
+    shape_invariant: bool = False,
 ) -> Tensor:
     """Every linear layer of the model: the plan's kernel when it has one, else `exact_linear`
-    (``layer`` is the block index, -1 for the LM head; ``name`` one of `plan.LINEAR_NAMES`)."""
+    (``layer`` is the block index, -1 for the LM head; ``name`` one of `plan.LINEAR_NAMES`;
+    ``shape_invariant``: a row's bits must not depend on how many rows the forward runs)."""
     if plan.linear is not None:
         return plan.linear(x, weight, bias, layer, name)
-    return exact_linear(x, weight, bias)
+    return exact_linear(x, weight, bias, shape_invariant)
 
 
 def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
@@ -36,9 +43,12 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
 
 
 #: The shape-invariant attention pads the keys to a multiple of this many (zero K/V, masked out):
-#: a 16-bit product's kernel, and with it the order of its float32 sum, changes with the
-#: reduction length, so every product runs at one of a few lengths (docs/floating_point.md).
+#: a product's kernel, and with it the order of its sums, changes with the reduction length, so
+#: every product runs at one of a few lengths (docs/floating_point.md)...
 KEY_BLOCK = 64
+#: ... and the query rows to at least this many: a BLAS product of one to a few rows takes a
+#: matrix-vector or small-matrix kernel that sums in another order than the many-row one.
+MIN_QUERY_ROWS = 4
 
 
 def attention(
@@ -46,23 +56,31 @@ def attention(
 ) -> Tensor:
     """Scaled dot-product attention; ``q (B, H, N, Dh)``, ``k, v (B, H, S, Dh)``, ``bias (N, S)``.
 
-    In float32/64, or with ``shape_invariant=False``: `F.scaled_dot_product_attention`, the fused
-    kernel, whose summation order depends on N. In 16-bit floats: Hugging Face's eager form (two
-    products in the compute dtype, each output rounded once from a float32 sum; a float32
-    softmax) over keys padded to a multiple of `KEY_BLOCK`, so a row's output is the same bits
-    whether it is computed alone (the naive loop) or among a verify forward's rows: measured for
-    the shipped model's shapes and tested (docs/floating_point.md).
+    With ``shape_invariant=False``: `F.scaled_dot_product_attention`, the fused kernel, whose
+    summation order depends on N. Otherwise Hugging Face's eager form (two products in the
+    compute dtype, a softmax in at least float32) over keys padded to a multiple of `KEY_BLOCK`
+    and at least `MIN_QUERY_ROWS` query rows, so a row's output is the same bits whether it is
+    computed alone (the naive loop) or among a verify forward's rows: checked on each machine
+    (`casspec_ref.accel.invariance`) and tested (docs/floating_point.md).
     """
-    if not shape_invariant or q.dtype not in (torch.bfloat16, torch.float16):
+    if not shape_invariant:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
-    n_keys = k.shape[-2]
-    pad = -n_keys % KEY_BLOCK
-    bias = q.new_zeros(q.shape[-2], n_keys) if bias is None else bias  # (N, S)
-    k, v = F.pad(k, (0, 0, 0, pad)), F.pad(v, (0, 0, 0, pad))  # (B, H, S', Dh)
-    bias = F.pad(bias, (0, pad), value=float("-inf"))  # (N, S')
-    scores = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5 + bias  # (B, H, N, S')
-    weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)  # (B, H, N, S')
-    return weights @ v  # (B, H, N, Dh)
+    n_queries, n_keys = q.shape[-2], k.shape[-2]
+    pad_q, pad_k = max(0, MIN_QUERY_ROWS - n_queries), -n_keys % KEY_BLOCK
+    bias = q.new_zeros(n_queries, n_keys) if bias is None else bias  # (N, S)
+    q = F.pad(q, (0, 0, 0, pad_q))  # (B, H, N', Dh): zero rows, dropped below
+    k, v = F.pad(k, (0, 0, 0, pad_k)), F.pad(v, (0, 0, 0, pad_k))  # (B, H, S', Dh)
+    bias = F.pad(F.pad(bias, (0, pad_k), value=float("-inf")), (0, 0, 0, pad_q))  # (N', S')
+    scores = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5 + bias  # (B, H, N', S')
+    softmax_dtype = torch.promote_types(q.dtype, torch.float32)
+    weights = torch.softmax(scores, dim=-1, dtype=softmax_dtype).to(q.dtype)  # (B, H, N', S')
+    # The sum over keys, one block of KEY_BLOCK keys at a time, in order: every product sums
+    # the same length, and a longer padded forward only adds blocks of exact zeros.
+    out = weights[..., :KEY_BLOCK] @ v[..., :KEY_BLOCK, :]  # (B, H, N', Dh)
+    for start in range(KEY_BLOCK, k.shape[-2], KEY_BLOCK):
+        block = slice(start, start + KEY_BLOCK)
+        out = out + weights[..., block] @ v[..., block, :]
+    return out[..., :n_queries, :]  # (B, H, N, Dh)
 
 
 def rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
@@ -104,8 +122,10 @@ class Transformer(nn.Module):
         self._derived: dict[object, tuple] = {}
         #: The loader's draft hierarchy for this checkpoint; None = `speculative.default_drafts`.
         self.preset_drafts: tuple[ExecutionPlan, ...] | None = None
-        #: 16-bit attention in `attention`'s shape-invariant form (a row's logits do not depend
-        #: on how many rows its forward runs); False = the fused kernel, whose rounding does.
+        #: The target's forwards (the identity plan) in the shape-invariant forms of `attention`
+        #: and `exact_linear`: a row's logits do not depend on how many rows its forward runs.
+        #: False = the plain forms (fused attention, the fastest product per row count), whose
+        #: rounding does. Drafts always run the plain forms: a draft only proposes tokens.
         self.shape_invariant = True
 
     def weights_in(self, dtype: torch.dtype) -> dict[str, Tensor]:
@@ -185,6 +205,7 @@ class Transformer(nn.Module):
         dtype = self.tok_emb.weight.dtype if plan.compute_dtype is None else plan.compute_dtype
         n_run = c.n_layers if plan.exit_after is None else plan.exit_after
         skip_attention, skip_mlp = plan.skip_attention, plan.skip_mlp
+        exact = self.shape_invariant and plan.is_identity  # the target's rows: shape-invariant
         # ==================================================================================
 
         w = self.weights_in(dtype)
@@ -202,10 +223,10 @@ class Transformer(nn.Module):
             p = f"layers.{i}."
             if i not in skip_attention:
                 h = self._norm(x, w, p + "attn_norm")
-                x = x + self._attention(h, w, p, i, plan, cache, bias, cos, sin)
+                x = x + self._attention(h, w, p, i, plan, exact, cache, bias, cos, sin)
             if i not in skip_mlp:
                 h = self._norm(x, w, p + "mlp_norm")
-                x = x + self._mlp(h, w, p, i, plan)
+                x = x + self._mlp(h, w, p, i, plan, exact)
 
         if cache is not None:
             cache.advance(n_new)
@@ -213,7 +234,7 @@ class Transformer(nn.Module):
             x = x[:, -1:]  # (B, 1, D)
         x = self._norm(x, w, "norm")
         head = w["tok_emb.weight"] if c.tie_embeddings else w["head.weight"]
-        return linear(x, head, None, -1, "head", plan)  # (B, T, V)
+        return linear(x, head, None, -1, "head", plan, exact)  # (B, T, V)
 
     def _norm(self, x: Tensor, w: dict[str, Tensor], name: str) -> Tensor:
         c = self.config
@@ -222,17 +243,18 @@ class Transformer(nn.Module):
         return F.layer_norm(x, x.shape[-1:], w[name + ".weight"], w[name + ".bias"], c.norm_eps)
 
     def _mlp(
-        self, h: Tensor, w: dict[str, Tensor], p: str, layer: int, plan: ExecutionPlan
+        self, h: Tensor, w: dict[str, Tensor], p: str, layer: int, plan: ExecutionPlan, exact: bool
     ) -> Tensor:
         """SwiGLU (Llama) or GELU (GPT-2) MLP of block ``layer`` (``p`` = its name prefix)."""
         if self.config.family == "llama":
-            gate = linear(h, w[p + "mlp.gate.weight"], None, layer, "mlp_gate", plan)
-            up = linear(h, w[p + "mlp.up.weight"], None, layer, "mlp_up", plan)
+            gate = linear(h, w[p + "mlp.gate.weight"], None, layer, "mlp_gate", plan, exact)
+            up = linear(h, w[p + "mlp.up.weight"], None, layer, "mlp_up", plan, exact)
             h = F.silu(gate) * up
-            return linear(h, w[p + "mlp.down.weight"], None, layer, "mlp_down", plan)
-        h = linear(h, w[p + "mlp.fc.weight"], w[p + "mlp.fc.bias"], layer, "mlp_fc", plan)
-        h = F.gelu(h, approximate="tanh")
-        return linear(h, w[p + "mlp.proj.weight"], w[p + "mlp.proj.bias"], layer, "mlp_proj", plan)
+            return linear(h, w[p + "mlp.down.weight"], None, layer, "mlp_down", plan, exact)
+        fc_w, fc_b = w[p + "mlp.fc.weight"], w[p + "mlp.fc.bias"]
+        h = F.gelu(linear(h, fc_w, fc_b, layer, "mlp_fc", plan, exact), approximate="tanh")
+        proj_w, proj_b = w[p + "mlp.proj.weight"], w[p + "mlp.proj.bias"]
+        return linear(h, proj_w, proj_b, layer, "mlp_proj", plan, exact)
 
     def _attention(
         self,
@@ -241,6 +263,7 @@ class Transformer(nn.Module):
         p: str,
         layer: int,
         plan: ExecutionPlan,
+        exact: bool,
         cache: KVCache | None,
         bias: Tensor | None,
         cos: Tensor,
@@ -250,9 +273,12 @@ class Transformer(nn.Module):
         are folded into the query axis, so K/V are read from the cache in place."""
         c = self.config
         n_batch, n_new, _ = h.shape
-        q = linear(h, w[p + "attn.q.weight"], w.get(p + "attn.q.bias"), layer, "attn_q", plan)
-        k = linear(h, w[p + "attn.k.weight"], w.get(p + "attn.k.bias"), layer, "attn_k", plan)
-        v = linear(h, w[p + "attn.v.weight"], w.get(p + "attn.v.bias"), layer, "attn_v", plan)
+
+        def project(x: Tensor, n: str) -> Tensor:  # the q, k, v or o projection
+            weight, b = w[f"{p}attn.{n}.weight"], w.get(f"{p}attn.{n}.bias")
+            return linear(x, weight, b, layer, f"attn_{n}", plan, exact)
+
+        q, k, v = project(h, "q"), project(h, "k"), project(h, "v")  # (B, T, D or D_kv)
         q = q.view(n_batch, n_new, c.n_heads, c.head_dim).transpose(1, 2)  # (B, H, T, Dh)
         k = k.view(n_batch, n_new, c.n_kv_heads, c.head_dim).transpose(1, 2)  # (B, Hkv, T, Dh)
         v = v.view(n_batch, n_new, c.n_kv_heads, c.head_dim).transpose(1, 2)  # (B, Hkv, T, Dh)
@@ -263,10 +289,10 @@ class Transformer(nn.Module):
             if k.dtype != q.dtype:  # a draft in another precision reads the target's cache
                 k, v = k.to(q.dtype), v.to(q.dtype)
         q = q.reshape(n_batch, c.n_kv_heads, -1, c.head_dim)  # (B, Hkv, G*T, Dh)
-        out = attention(q, k, v, bias, self.shape_invariant)  # (B, Hkv, G*T, Dh)
+        out = attention(q, k, v, bias, exact)  # (B, Hkv, G*T, Dh)
         out = out.reshape(n_batch, c.n_heads, n_new, c.head_dim)  # (B, H, T, Dh)
         out = out.transpose(1, 2).reshape(n_batch, n_new, c.d_model)  # (B, T, D)
-        return linear(out, w[p + "attn.o.weight"], w.get(p + "attn.o.bias"), layer, "attn_o", plan)
+        return project(out, "o")
 
     def validate_inputs(
         self,

@@ -310,12 +310,11 @@ def test_forms_whose_bits_depend_on_the_thread_count_are_never_chosen(
 
 
 def test_switching_threads_is_allowed_only_where_a_forward_keeps_its_bits() -> None:
-    """The thread policy switches counts during a run only if the table's forms were checked at
-    1 and 2 threads and attention passes `attention_invariant`. Then forwards of 1..16 rows
-    (after a prompt run on every thread, as the policy runs it) must give the same bits on
-    either count; where they do not, the check must have said no. A model of SmolLM2's widths,
-    two layers. (On the CPU this was written on, MKL's float32 product of 5-11 rows and
-    attention for one new token both differ between 1 and 2 threads: the check says no.)"""
+    """The thread policy switches counts during a run only if every shape's invariant form and
+    the attention passed the check at 1 and 2 threads (`check_invariance`). Then the target's
+    forwards of 1..16 rows (after a prompt run on every thread, as the policy runs it) must
+    give the same bits on either count; where they do not, the check must have said no. A
+    model of SmolLM2's widths, two layers."""
     from casspec_ref.base.random_weights import random_init_
     from casspec_ref.config import tiny_llama
     from casspec_ref.kv_cache import KVCache
@@ -325,12 +324,7 @@ def test_switching_threads_is_allowed_only_where_a_forward_keeps_its_bits() -> N
     config = tiny_llama(**widths, n_layers=2, vocab_size=512, max_seq_len=360)
     model = random_init_(Transformer(config), seed=0, std=0.05)
     shapes = kernel_table.model_shapes(model)
-    table = kernel_table.calibrate(
-        shapes, classes=(32,), repeats=1, stream_bytes=0, thread_levels=(1, 2)
-    )
-    assert table.checked_threads == (1, 2)
-    allowed = kernel_table.attention_invariant(torch.float32, (1, 2))
-    kernels.use_table(table)
+    allowed = kernel_table.check_invariance(shapes, torch.float32, (1, 2)).complete
     previous = torch.get_num_threads()
     tokens = torch.randint(
         0, config.vocab_size, (1, 340), generator=torch.Generator().manual_seed(1)

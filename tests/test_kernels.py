@@ -117,20 +117,39 @@ def test_exact_linear_reads_the_active_table(monkeypatch: pytest.MonkeyPatch) ->
     assert kernels.active_table().form_for(40, 24, torch.bfloat16, 1) == Form("wxt", 2)
 
 
-def test_16_bit_products_on_the_cpu_take_one_form_whatever_the_table(
+def test_16_bit_shape_invariant_products_on_the_cpu_take_one_form_whatever_the_table(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A bf16 table entry (the packed form, which rounds by row count) is not consulted on the
-    CPU: every row count runs `SHAPE_INVARIANT_FORM`, so a row's bits do not depend on it."""
+    """Asked for shape invariance, a bf16 product without an invariant entry runs
+    `SHAPE_INVARIANT_FORM` at every row count, not the per-row table entries (which may round
+    by row count), so a row's bits do not depend on it; not asked, it runs the table's."""
     calls = spy_on_run_form(monkeypatch)
-    entries = {(40, 24, torch.bfloat16, n): Form("linear", 0) for n in range(1, 17)}
+    entries = {(40, 24, torch.bfloat16, n): Form("linear", 1) for n in range(1, 17)}
     kernels.use_table(KernelTable(entries))
     w = torch.randn(40, 24).bfloat16()
     x = torch.randn(12, 24).bfloat16()
-    together = kernels.exact_linear(x, w, None)  # (12, 40)
-    alone = [kernels.exact_linear(x[i : i + 1], w, None) for i in range(12)]
+    together = kernels.exact_linear(x, w, None, shape_invariant=True)  # (12, 40)
+    alone = [kernels.exact_linear(x[i : i + 1], w, None, shape_invariant=True) for i in range(12)]
     assert calls == [str(kernels.SHAPE_INVARIANT_FORM)] * 13
     assert all(torch.equal(together[i : i + 1], alone[i]) for i in range(12))
+    calls.clear()
+    kernels.exact_linear(x, w, None)
+    assert calls == ["linear@1"]
+
+
+def test_an_invariant_entry_serves_every_row_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shape's `KernelTable.invariant` form runs at every row count when shape invariance is
+    asked for; the per-row entries otherwise; a shape without one keeps the per-row form."""
+    calls = spy_on_run_form(monkeypatch)
+    table = KernelTable({(40, 24, torch.float32, 3): Form("linear", 4)})
+    table.invariant[(40, 24, torch.float32)] = Form("wxt", 2)
+    kernels.use_table(table)
+    w, x = torch.randn(40, 24), torch.randn(3, 24)
+    kernels.exact_linear(x, w, None, shape_invariant=True)
+    kernels.exact_linear(x[:1], w, None, shape_invariant=True)
+    kernels.exact_linear(x, w, None)
+    kernels.exact_linear(torch.randn(3, 8), torch.randn(40, 8), None, shape_invariant=True)
+    assert calls == ["wxt@2", "wxt@2", "linear@4"]  # the last: F.linear, not through run_form
 
 
 def spy_on_run_form(monkeypatch: pytest.MonkeyPatch) -> list[str]:

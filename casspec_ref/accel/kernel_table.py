@@ -14,9 +14,13 @@ default by a margin. A row count whose cheapest base cost is beaten by a larger 
 then timed padded to that count, and keeps the padding only if it wins by the margin too
 (re-timed if it costs far more than the row count it pads to did: a stall, not a cost). Each
 candidate form for 1..16 rows is also run at 1 thread and at the thread policy's most
-(`casspec_ref.accel.threads`): a form whose bits differ between them is not chosen, so that the
-policy may switch counts during a run without changing a result (`prepare` also checks
-attention, `attention_invariant`).
+(`casspec_ref.accel.threads`): a form whose bits differ between them is not chosen.
+
+The table chooses per row count, for speed. The target's own forwards need more: one form per
+shape whose rows are the same bits at every row count and thread count. `prepare` checks that on
+the machine (`casspec_ref.accel.invariance`, `check_invariance`) and installs the forms that pass
+as the table's ``invariant`` entries; the thread policy may switch counts during a run only when
+every shape and the attention passed.
 
 Timings taken under contention are not cached (`contention_reasons`: repeated timings of one
 form that disagree by more than `CONTENTION_FACTOR`, or other processes busy during the
@@ -48,7 +52,7 @@ from pathlib import Path
 
 import torch
 
-from casspec_ref.accel import threads
+from casspec_ref.accel import invariance, threads
 from casspec_ref.base.kernels import (
     BASE_FORMS,
     MAX_ROWS,
@@ -550,22 +554,37 @@ _PROCESS_ONLY = MeasuredTable()
 def prepare(
     shapes: Iterable[tuple[int, int]], dtype: torch.dtype, device: torch.device | str = "cpu"
 ) -> KernelTable:
-    """Make the active table cover ``shapes`` in ``dtype``, as ``CASSPEC_KERNELS`` says.
+    """Make the active table cover ``shapes`` in ``dtype``, as ``CASSPEC_KERNELS`` says, then
+    check which forms keep a target row's bits independent of its forward's shape.
 
-    ``default``: nothing is measured (the active table is left as it is). ``auto``: the cached
+    ``default``: nothing is timed (the per-row forms are the defaults). ``auto``: the cached
     table is installed and missing shapes are calibrated (`measure`) and cached, unless the
     timings show contention: then the table serves this process only and is measured again on
-    a later start. ``calibrate``: the shapes are measured again. Only CPU tables are calibrated;
-    other devices keep the defaults. The thread policy may switch counts during a run only if
-    the table covers the shapes and was checked at each count it switches between
-    (`casspec_ref.accel.threads.allow_switching`). Returns the active table.
+    a later start. ``calibrate``: the shapes are measured again. In every mode the shapes'
+    invariant forms and the attention are then checked (`check_invariance`; nothing is timed,
+    so a busy machine cannot mislead it). Only CPU tables are prepared; other devices keep the
+    defaults. The thread policy may switch counts during a run only if the check passed at each
+    count it switches between (`casspec_ref.accel.threads.allow_switching`). Returns the
+    active table.
     """
     mode = kernel_mode()
     policy = threads.apply()
-    if mode == "default" or torch.device(device).type != "cpu":
-        threads.allow_switching(False, "default matmul forms (not checked at each thread count)")
+    if torch.device(device).type != "cpu":
+        threads.allow_switching(False, "the shape-invariant forms are checked on CPUs only")
         return active_table()
     wanted = set(shapes)
+    table = _install_measured(wanted, dtype, mode) if mode != "default" else MeasuredTable()
+    levels = tuple(sorted({1, policy.max_threads}))
+    report = check_invariance(wanted, dtype, levels, table)
+    if report.complete:
+        threads.allow_switching(True, f"the target's rows checked invariant at {levels} threads")
+    else:
+        threads.allow_switching(False, f"the target's rows are not invariant here: {report.gaps}")
+    return active_table()
+
+
+def _install_measured(wanted: set[tuple[int, int]], dtype: torch.dtype, mode: str) -> MeasuredTable:
+    """The cached (``auto``) or freshly measured table for ``wanted``, installed; see `prepare`."""
     table = load_cached() if mode == "auto" else MeasuredTable()
     table.update(_process_only(wanted, dtype, table))
     missing = {(o, i) for o, i in wanted if (o, i, dtype) not in table.shapes()}
@@ -582,41 +601,41 @@ def prepare(
         if measured is not None:
             table.update(measured)
     active_table().forms.update(table.forms)
-    covered = all((o, i, dtype) in table.shapes() for o, i in wanted)
-    levels = sorted({1, policy.max_threads})
-    if not (covered and set(levels) <= set(table.checked_threads)):
-        threads.allow_switching(False, "the matmul forms were not checked at each thread count")
-    elif not attention_invariant(dtype, levels):
-        threads.allow_switching(False, f"attention rounds differently at {levels} threads here")
-    else:
-        threads.allow_switching(True, f"matmul forms and attention checked at {levels} threads")
-    return active_table()
+    return table
 
 
-def attention_invariant(dtype: torch.dtype, levels: Iterable[int]) -> bool:
-    """Whether `torch.nn.functional.scaled_dot_product_attention` gives the same bits at every
-    thread count of ``levels`` for decoding-sized queries (1, 4 and 16 new tokens of 3 grouped
-    heads, 64 wide, against 40 and 300 cached keys): on the CPU this was written on, a one-token
-    query splits its keys by team size and does not."""
-    levels = sorted(set(levels))
-    if len(levels) < 2:
-        return True
-    gen = torch.Generator().manual_seed(0)
-    previous = torch.get_num_threads()
-    try:
-        for rows in (1, 4, 16):
-            for past in (40, 300):
-                q = torch.randn(1, 3, 3 * rows, 64, generator=gen).to(dtype)
-                k, v = (torch.randn(1, 3, past + rows, 64, generator=gen).to(dtype) for _ in "kv")
-                outs = []
-                for n in levels:
-                    torch.set_num_threads(n)
-                    outs.append(torch.nn.functional.scaled_dot_product_attention(q, k, v))
-                if any(not torch.equal(outs[0], o) for o in outs[1:]):
-                    return False
-    finally:
-        torch.set_num_threads(previous)
-    return True
+#: Checked invariant forms of this process: (out, in, dtype, thread counts) -> form or None.
+_INVARIANT: dict[tuple[int, int, torch.dtype, tuple[int, ...]], Form | None] = {}
+_ATTENTION: dict[tuple[torch.dtype, tuple[int, ...]], bool] = {}
+
+
+def check_invariance(
+    wanted: set[tuple[int, int]],
+    dtype: torch.dtype,
+    levels: tuple[int, ...],
+    table: MeasuredTable | None = None,
+) -> invariance.Report:
+    """Each shape's invariant form (cheapest first by ``table``'s one-row timings) and the
+    attention's check, installed in the active table and kept in `invariance.REPORTS`; each
+    shape and dtype is checked once per process."""
+    from casspec_ref.model import attention
+
+    timings = {} if table is None else table.timings_us
+    report = invariance.Report(dtype, levels)
+    for o, i in sorted(wanted):
+        key = (o, i, dtype, levels)
+        if key not in _INVARIANT:
+            ranked = invariance.ranked_forms(dtype, timings.get((o, i, dtype, 1)))
+            _INVARIANT[key] = invariance.invariant_form((o, i), dtype, levels, ranked)
+        form = _INVARIANT[key]
+        report.forms[(o, i)] = form
+        if form is not None:
+            active_table().invariant[(o, i, dtype)] = form
+    if (dtype, levels) not in _ATTENTION:
+        _ATTENTION[(dtype, levels)] = invariance.attention_agrees(attention, dtype, levels)
+    report.attention = _ATTENTION[(dtype, levels)]
+    invariance.REPORTS[dtype] = report
+    return report
 
 
 def _process_only(

@@ -147,6 +147,7 @@ def fixed_shape_forward(
     c = model.config
     dtype = model.tok_emb.weight.dtype if plan.compute_dtype is None else plan.compute_dtype
     n_run = c.n_layers if plan.exit_after is None else plan.exit_after
+    exact = model.shape_invariant and plan.is_identity  # as `Transformer.forward` decides
     w = model.weights_in(dtype)
     _, cos, sin = model._tables(dtype, b.tokens.device)
     x = w["tok_emb.weight"][b.tokens]  # (1, W, D)
@@ -160,12 +161,12 @@ def fixed_shape_forward(
         p = f"layers.{i}."
         if i not in plan.skip_attention:
             h = model._norm(x, w, p + "attn_norm")
-            x = x + _attention(model, h, w, p, i, plan, cache, b.slots, bias, (cos, sin))
+            x = x + _attention(model, h, w, p, i, plan, exact, cache, b.slots, bias, (cos, sin))
         if i not in plan.skip_mlp:
-            x = x + model._mlp(model._norm(x, w, p + "mlp_norm"), w, p, i, plan)
+            x = x + model._mlp(model._norm(x, w, p + "mlp_norm"), w, p, i, plan, exact)
     x = model._norm(x, w, "norm")
     head = w["tok_emb.weight"] if c.tie_embeddings else w["head.weight"]
-    return linear(x, head, None, -1, "head", plan)  # (1, W, V)
+    return linear(x, head, None, -1, "head", plan, exact)  # (1, W, V)
 
 
 def _attention(
@@ -175,6 +176,7 @@ def _attention(
     p: str,
     layer: int,
     plan: ExecutionPlan,
+    exact: bool,
     cache: KVCache,
     slots: Tensor,
     bias: Tensor,
@@ -183,9 +185,12 @@ def _attention(
     """`Transformer._attention` with the new K/V written at ``slots`` and all cache rows read."""
     c = model.config
     width = h.shape[1]
-    q = linear(h, w[p + "attn.q.weight"], w.get(p + "attn.q.bias"), layer, "attn_q", plan)
-    k = linear(h, w[p + "attn.k.weight"], w.get(p + "attn.k.bias"), layer, "attn_k", plan)
-    v = linear(h, w[p + "attn.v.weight"], w.get(p + "attn.v.bias"), layer, "attn_v", plan)
+
+    def project(x: Tensor, n: str) -> Tensor:  # the q, k, v or o projection
+        weight, b = w[f"{p}attn.{n}.weight"], w.get(f"{p}attn.{n}.bias")
+        return linear(x, weight, b, layer, f"attn_{n}", plan, exact)
+
+    q, k, v = project(h, "q"), project(h, "k"), project(h, "v")
     q = q.view(1, width, c.n_heads, c.head_dim).transpose(1, 2)  # (1, H, W, Dh)
     k = k.view(1, width, c.n_kv_heads, c.head_dim).transpose(1, 2)  # (1, Hkv, W, Dh)
     v = v.view(1, width, c.n_kv_heads, c.head_dim).transpose(1, 2)  # (1, Hkv, W, Dh)
@@ -197,10 +202,10 @@ def _attention(
     if keys.dtype != q.dtype:  # a draft in another precision reads the target's cache
         keys, values = keys.to(q.dtype), values.to(q.dtype)
     q = q.reshape(1, c.n_kv_heads, -1, c.head_dim)  # (1, Hkv, G*W, Dh)
-    out = attention(q, keys, values, bias, model.shape_invariant)  # (1, Hkv, G*W, Dh)
+    out = attention(q, keys, values, bias, exact)  # (1, Hkv, G*W, Dh)
     out = out.reshape(1, c.n_heads, width, c.head_dim).transpose(1, 2)  # (1, W, H, Dh)
     out = out.reshape(1, width, c.d_model)  # (1, W, D)
-    return linear(out, w[p + "attn.o.weight"], w.get(p + "attn.o.bias"), layer, "attn_o", plan)
+    return project(out, "o")
 
 
 class StaticModel(Transformer):

@@ -27,11 +27,15 @@ every forward reads the one active `KernelTable`, so one row count always rounds
 An empty table means the default forms everywhere. How a table is measured on a machine and
 cached is not part of the method: see `casspec_ref.accel.kernel_table`.
 
-In 16-bit floats on a CPU the table is not consulted: every product runs in one form,
-`SHAPE_INVARIANT_FORM`, whatever its row count. A 16-bit product rounds each output once from a
-float32 sum, and in one form that sum's order was measured not to depend on the row count, while
-oneDNN's packed product (the form a table picks for most bf16 shapes) changes it with the row
-count: greedy outputs then differ between the naive loop and a verify forward
+The table chooses per row count, so one row may round differently alone (the naive loop) than
+among a verify forward's rows, and a greedy argmax can flip at a near-tie. The target's own
+forwards therefore ask for the *shape-invariant* form (`exact_linear(..., shape_invariant=True)`):
+one form per (weight shape, dtype) whose rows come out the same bits at every row count, row
+position and thread count, so a row's product does not depend on its forward's shape. Which form
+has that property depends on the CPU and the library, so it is checked on the machine
+(`casspec_ref.accel.invariance`) and kept in the table's ``invariant`` entries. In 16-bit floats a
+shape without an entry takes `SHAPE_INVARIANT_FORM`; in float32 a shape without an entry (none of
+the forms passed, or the machine was not checked) falls back to the per-row-count form
 (docs/floating_point.md).
 """
 
@@ -93,7 +97,7 @@ class Form:
 #: one row padded to two (a one-row product would run a matrix-vector kernel, which sums in
 #: another order).
 SHAPE_INVARIANT_FORM = Form("wxt", 2)
-#: The dtypes whose CPU products take `SHAPE_INVARIANT_FORM`.
+#: The dtypes whose CPU products take `SHAPE_INVARIANT_FORM` when the table has no invariant entry.
 SHAPE_INVARIANT_DTYPES = (torch.bfloat16, torch.float16)
 
 
@@ -112,8 +116,21 @@ def _onednn_built() -> bool:
 
 
 def packed_available(dtype: torch.dtype, device: torch.device | str = "cpu") -> bool:
-    """Whether the ``packed`` form can run for ``dtype`` on ``device``."""
-    return torch.device(device).type == "cpu" and dtype in PACKED_DTYPES and _onednn_built()
+    """Whether the ``packed`` form can run for ``dtype`` on ``device`` (oneDNN's bfloat16
+    product also needs CPU instructions some x86 CPUs lack: `_packs`)."""
+    if torch.device(device).type != "cpu" or dtype not in PACKED_DTYPES:
+        return False
+    return _onednn_built() and _packs(dtype)
+
+
+@functools.cache
+def _packs(dtype: torch.dtype) -> bool:
+    """Whether oneDNN packs a weight of ``dtype`` on this CPU (tried once, on a tiny weight)."""
+    try:
+        torch.ops.mkldnn._reorder_linear_weight(torch.zeros(2, 2, dtype=dtype))
+    except RuntimeError:
+        return False
+    return True
 
 
 def base_forms(dtype: torch.dtype) -> list[Form]:
@@ -188,6 +205,9 @@ class KernelTable:
     """The chosen form per (out, in, dtype, rows); a missing entry means `default_form`."""
 
     forms: dict[Key, Form] = field(default_factory=dict)
+    #: (out, in, dtype) -> the form whose rows were checked to be the same bits at every row
+    #: count, position and thread count on this machine (`casspec_ref.accel.invariance`).
+    invariant: dict[tuple[int, int, torch.dtype], Form] = field(default_factory=dict, kw_only=True)
 
     def form_for(self, out_features: int, in_features: int, dtype: torch.dtype, rows: int) -> Form:
         form = self.forms.get((out_features, in_features, dtype, table_rows(rows)))
@@ -210,17 +230,27 @@ def use_table(table: KernelTable | None) -> KernelTable:
     return previous
 
 
-def exact_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """``x @ weight.T + bias`` in the form the active table chose for this shape and row count
-    (in 16-bit floats on a CPU: `SHAPE_INVARIANT_FORM`, for every row count).
+def exact_linear(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    shape_invariant: bool = False,
+) -> torch.Tensor:
+    """``x @ weight.T + bias`` in the form the active table chose for this shape and row count;
+    with ``shape_invariant``, on a CPU, in the shape's invariant form (one form for every row
+    count: `KernelTable.invariant`, else `SHAPE_INVARIANT_FORM` in 16-bit floats).
 
     Args:
         x: ``(..., in)``; weight: ``(out, in)``; bias: ``(out,)`` or None.
     Returns:
         ``(..., out)``.
     """
-    if x.dtype in SHAPE_INVARIANT_DTYPES and x.device.type == "cpu":
-        return run_form(SHAPE_INVARIANT_FORM, x, weight, bias)  # shape-invariant: no table
+    if shape_invariant and x.device.type == "cpu":
+        form = _ACTIVE.invariant.get((weight.shape[0], weight.shape[1], x.dtype))
+        if form is None and x.dtype in SHAPE_INVARIANT_DTYPES:
+            form = SHAPE_INVARIANT_FORM
+        if form is not None:
+            return apply_form(form, x, weight, bias)
     rows = x.numel() // x.shape[-1]
     form = _ACTIVE.forms.get((weight.shape[0], weight.shape[1], x.dtype, table_rows(rows)))
     if form is None:

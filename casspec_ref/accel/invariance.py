@@ -1,0 +1,182 @@
+"""Shape invariance, checked on the machine: which product form, and whether attention, give a
+row the same bits at every row count, row position and thread count.
+
+The naive loop computes each token's logits in a forward over one row; a verify forward computes
+them among the tree's other rows. Greedy decoding is lossless bit for bit only if both give the
+same bits (docs/floating_point.md). No BLAS or oneDNN promises that, and which form has it
+depends on the CPU and the library build: the model's target forwards ask for one form per
+weight shape (`casspec_ref.base.kernels.exact_linear` with ``shape_invariant``) and for the
+padded eager attention (`casspec_ref.model.attention`), and this module checks them here.
+
+The check (`rows_agree`): a block of `FULL_ROWS` random rows is computed whole; then windows of
+each size in `ROW_COUNTS`, each at a random offset, are computed alone, at every thread count the
+thread policy may use; the form passes if every window's rows equal the whole block's bit for
+bit. A kernel's order of additions is chosen from the shapes and the thread count, never from
+the values, so one random sample of each shape decides. Forms are tried cheapest first (by the
+kernel table's timings where it has them) and the first that passes is the shape's invariant
+form; a shape where none passes keeps the per-row-count form, and the report says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import partial
+
+import torch
+
+from casspec_ref.base.kernels import Form, apply_form, base_forms
+
+#: The window sizes checked: the naive loop's one row, every tree size up to 8, and a few up to
+#: 32 (a verify forward's rows; larger forwards are prompts, which both loops run alike).
+ROW_COUNTS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 17, 24, 32)
+FULL_ROWS = 32
+#: Attention is checked for these numbers of new tokens, against these numbers of cached keys,
+#: with this many query heads per KV head folded into the query axis (SmolLM2's grouping and none).
+ATTENTION_TOKENS = (3, 8, 24)
+ATTENTION_PAST = (0, 63, 300)
+ATTENTION_GROUPS = (1, 3)
+HEAD_DIM = 64
+
+Rows = Callable[[torch.Tensor], torch.Tensor]
+
+
+@contextmanager
+def threads_at(n: int) -> Iterator[None]:
+    """Run the block on ``n`` threads; the caller's count is restored."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def rows_agree(rows_of: Rows, x: torch.Tensor, levels: Iterable[int], gen: torch.Generator) -> bool:
+    """Whether ``rows_of`` (rows in, rows out, row ``i`` from input row ``i`` only) gives every
+    window of `ROW_COUNTS` rows of ``x`` at a random offset the same bits as the whole of ``x``,
+    at every thread count of ``levels``."""
+    levels = sorted(set(levels))
+    with threads_at(levels[0]):
+        whole = rows_of(x)
+    for n in levels:
+        with threads_at(n):
+            for size in ROW_COUNTS:
+                start = int(torch.randint(0, len(x) - size + 1, (1,), generator=gen))
+                if not torch.equal(rows_of(x[start : start + size]), whole[start : start + size]):
+                    return False
+    return True
+
+
+def invariant_form(
+    shape: tuple[int, int], dtype: torch.dtype, levels: Iterable[int], ranked: list[Form]
+) -> Form | None:
+    """The first form of ``ranked`` whose rows agree (`rows_agree`) for a weight of ``shape``
+    ``(out, in)`` in ``dtype``; None if none does."""
+    gen = torch.Generator().manual_seed(0)
+    out_f, in_f = shape
+    weight = torch.randn(out_f, in_f, generator=gen).to(dtype)
+    x = torch.randn(FULL_ROWS, in_f, generator=gen).to(dtype)
+    for form in ranked:
+        if form.base == "split" and out_f % 2:
+            continue
+        if rows_agree(partial(apply_form, form, weight=weight, bias=None), x, levels, gen):
+            return form
+    return None
+
+
+def ranked_forms(dtype: torch.dtype, timings_us: dict[str, float] | None = None) -> list[Form]:
+    """The unpadded base forms, cheapest first by ``timings_us`` (microseconds per call of each
+    form, e.g. the kernel table's one-row timings; untimed forms last, in `base_forms` order)."""
+    timings = timings_us or {}
+    forms = base_forms(dtype)
+    return sorted(forms, key=lambda f: timings.get(str(f), float("inf")))
+
+
+def attention_agrees(
+    attention: Callable[..., torch.Tensor], dtype: torch.dtype, levels: Iterable[int]
+) -> bool:
+    """Whether ``attention(q, k, v, bias)`` gives each new token's output the same bits alone
+    (its own keys, no mask: the naive loop) as among a causal block of new tokens, for the
+    sizes of `ATTENTION_TOKENS` x `ATTENTION_PAST` x `ATTENTION_GROUPS`, at every thread count."""
+    gen = torch.Generator().manual_seed(0)
+    levels = sorted(set(levels))
+    cases = [
+        _attention_case(dtype, group, tokens, past, gen)
+        for group in ATTENTION_GROUPS
+        for tokens in ATTENTION_TOKENS
+        for past in ATTENTION_PAST
+    ]
+    with threads_at(levels[0]):
+        wholes = [attention(q, k, v, bias) for q, k, v, bias, _ in cases]  # (1, 1, G*T, Dh)
+    for n in levels:
+        with threads_at(n):
+            for (q, k, v, _, rows_of_token), whole in zip(cases, wholes, strict=True):
+                for i, rows in enumerate(rows_of_token):
+                    keys = k.shape[-2] - len(rows_of_token) + i + 1  # the past and tokens 0..i
+                    alone = attention(q[:, :, rows], k[:, :, :keys], v[:, :, :keys], None)
+                    if not torch.equal(alone, whole[:, :, rows]):
+                        return False
+    return True
+
+
+def _attention_case(
+    dtype: torch.dtype, group: int, tokens: int, past: int, gen: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[list[int]]]:
+    """Random q ``(1, 1, G*T, Dh)``, k and v ``(1, 1, past + T, Dh)``, the causal bias
+    ``(G*T, past + T)`` and, per new token, its G query rows (query heads are folded in)."""
+    q, k, v = (
+        torch.randn(1, 1, n, HEAD_DIM, generator=gen).to(dtype)
+        for n in (group * tokens, past + tokens, past + tokens)
+    )
+    allowed = torch.ones(tokens, past + tokens, dtype=torch.bool).tril(past)
+    bias = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, -torch.inf)
+    rows = [[g * tokens + i for g in range(group)] for i in range(tokens)]
+    return q, k, v, bias.repeat(group, 1), rows
+
+
+@dataclass
+class Report:
+    """What the check found for one dtype: each weight shape's invariant form (None: none
+    passed) and whether attention passed, at the thread counts ``levels``."""
+
+    dtype: torch.dtype
+    levels: tuple[int, ...]
+    forms: dict[tuple[int, int], Form | None] = field(default_factory=dict)
+    attention: bool = False
+
+    @property
+    def complete(self) -> bool:
+        """Every shape has an invariant form and attention passed: the target's rows are the
+        same bits at every checked row count and thread count."""
+        return self.attention and all(f is not None for f in self.forms.values())
+
+    @property
+    def gaps(self) -> str:
+        """What did not pass, in words ("" when the report is complete)."""
+        missing = [f"{o}x{i}" for (o, i), f in self.forms.items() if f is None]
+        words = [f"no invariant product form for {', '.join(missing)}"] if missing else []
+        words += [] if self.attention else ["attention rounds by shape"]
+        return "; ".join(words)
+
+    def as_dict(self) -> dict[str, object]:
+        """The report as plain data (the bench's environment, ``generate --json``)."""
+        return {
+            "dtype": str(self.dtype).removeprefix("torch."),
+            "threads": list(self.levels),
+            "complete": self.complete,
+            "attention": self.attention,
+            "forms": {
+                f"{o}x{i}": None if f is None else str(f) for (o, i), f in self.forms.items()
+            },
+        }
+
+
+#: The reports of this process, by dtype (`kernel_table.prepare` fills them).
+REPORTS: dict[torch.dtype, Report] = {}
+
+
+def reports() -> list[dict[str, object]]:
+    """Every dtype's report in this process, as plain data."""
+    return [r.as_dict() for r in REPORTS.values()]
