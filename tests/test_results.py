@@ -53,7 +53,8 @@ def test_every_method_of_a_bench_record_is_shown(records: dict) -> None:
     page = results.render({"cpu_heldout_greedy": record})
     overall = [line for line in page.splitlines() if line.startswith("| `made-up:method` | ")]
     assert len(overall) == 2  # the overall table and the per-group table
-    assert overall[0].split(" | ")[1].startswith("1.235 ")
+    assert overall[0].split(" | ")[1] == "ar"  # a record without bases: every one is ar
+    assert overall[0].split(" | ")[2].startswith("1.235 ")
     assert overall[1].count("1.235 (") == len(added) - 1  # every group, "overall" excluded
 
 
@@ -72,6 +73,30 @@ def test_divergences_are_counted_and_shown(records: dict) -> None:
     record["divergences"] = [{"method": "pld:3", "question": 1, "turn": 0, "token": 10}]
     page = results.render({"x": record})
     assert "Divergences from the naive loop: 1." in page and '"token": 10' in page
+
+
+def test_the_base_and_the_plain_loops_divergences_are_shown(records: dict) -> None:
+    """A row says which naive loop its speedup is taken against; the plain loop's divergences
+    from ``ar`` are a count apart, which leaves the other methods' verdict standing."""
+    record = copy.deepcopy(records["cpu_bundled_greedy"])
+    for r in record["records"]:
+        if r["method"] == "pld:3":
+            r["base"] = "ar-plain"
+    record["plain_divergences"] = {
+        "generations": 21,
+        "differing": 2,
+        "divergences": [
+            {"method": "ar-plain", "question_id": 4, "turn": 0, "position": 17},
+            {"method": "ar-plain", "question_id": 9, "turn": 1, "position": 60},
+        ],
+    }
+    page = results.render({"x": record})
+    assert "| `pld:3` | ar-plain | " in page and "| `cas-spec` | ar | " in page
+    assert (
+        "ar-plain differs from ar in 2 of 21 generations, first differences at tokens 17, 60"
+        in page
+    )
+    assert "Every output of the other methods equals the naive loop's token for token." in page
 
 
 def test_check_mode_fails_on_a_stale_page_and_passes_on_a_fresh_one(tmp_path: Path) -> None:
