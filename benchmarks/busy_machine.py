@@ -44,6 +44,7 @@ Output: one JSON record, printed and written to ``<out>/busy_machine.json`` with
         {"repeat", "setting", "method", "condition",
          "tokens_per_s", "seconds", "new_tokens",  # null: the child failed ("error" says why)
          "competitor_after_s",   # competitor-mid: seconds into the timed decode it started
+         "competitor_in_decode", # competitor-mid: whether that was before the decode ended
          "threads_mode", "max_threads", "threads_at_start", "threads_at_end",
          "switching",            # whether the policy may switch the count mid-run
          "switching_note", "switches",  # every switch of the process: [seconds, count]
@@ -280,13 +281,14 @@ def cell_record(
 ) -> dict[str, Any]:
     """One flat row of ``cells`` from the child's record (its tokens are kept aside)."""
     t = child.get("threads") or {}
-    tokens = child.get("tokens")
+    tokens, seconds = child.get("tokens"), child.get("seconds")
     return {
         **dict(zip(("repeat", "setting", "method", "condition"), key, strict=True)),
         "tokens_per_s": child.get("tokens_per_s"),
-        "seconds": child.get("seconds"),
+        "seconds": seconds,
         "new_tokens": None if tokens is None else len(tokens),
         "competitor_after_s": after,
+        "competitor_in_decode": None if after is None or not seconds else after < seconds,
         "threads_mode": t.get("mode"),
         "max_threads": t.get("max_threads"),
         "threads_at_start": child.get("threads_at_start"),

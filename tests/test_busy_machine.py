@@ -29,7 +29,7 @@ def busy() -> ModuleType:
 
 
 def cell(busy: ModuleType, key: tuple[int, str, str, str], rate: float | None, **t: Any) -> dict:
-    child = {"tokens_per_s": rate, "seconds": None if rate is None else 8.0 / rate}
+    child: dict[str, Any] = {"tokens_per_s": rate, "seconds": None if rate is None else 8 / rate}
     child["threads"] = {"switching": t.get("switching", False), "threads": 2}
     child["switches_in_decode"] = t.get("switches", 0)
     child["tokens"] = None if rate is None else [1] * 8
@@ -131,3 +131,12 @@ def test_the_defaults_measure_long_decodes_under_every_condition(busy: ModuleTyp
     assert (args.max_new_tokens, args.repeats) == (128, 3)
     assert args.conditions == ["quiet", "competitor", "decoder", "competitor-mid"]
     assert args.settings == ["policy", "inherited", "one-thread"]
+
+
+def test_a_mid_run_cell_says_whether_its_competitor_met_the_decode(busy: ModuleType) -> None:
+    key = (0, "policy", "ar", "competitor-mid")
+    child = {"tokens_per_s": 4.0, "seconds": 2.0, "tokens": [1] * 8}
+    assert busy.cell_record(key, child, 0.5)["competitor_in_decode"] is True
+    assert busy.cell_record(key, child, 2.5)["competitor_in_decode"] is False  # after its end
+    assert busy.cell_record(key, {"error": "failed"}, 0.5)["competitor_in_decode"] is None
+    assert busy.cell_record(key[:3] + ("quiet",), child, None)["competitor_in_decode"] is None
