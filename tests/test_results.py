@@ -6,6 +6,7 @@ import copy
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -92,7 +93,7 @@ def _busy_cell(repeat: int, condition: str, others: float, error: str | None) ->
     }
 
 
-BUSY = {
+BUSY: dict[str, Any] = {
     "benchmark": "busy_machine",
     "settings": {"max_new_tokens": 128, "repeats": 2, "mid_run_fraction": 0.25},
     "environment": {
