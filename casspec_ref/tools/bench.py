@@ -320,7 +320,7 @@ def _make_runner(
 
         return run_ar
     if method in EXTERNAL_METHODS:
-        return _make_hf_runner(method, model, stop_ids)
+        return make_hf_runner(method, model, stop_ids)
 
     from casspec_ref.baselines import ScheduleOptions
     from casspec_ref.dsia.prompt_lookup import PromptLookupConfig
@@ -356,7 +356,7 @@ def _make_runner(
     return run_spec
 
 
-def _make_hf_runner(method: str, model: Any, stop_ids: Sequence[int]) -> Runner:
+def make_hf_runner(method: str, model: Any, stop_ids: Sequence[int]) -> Runner:
     """Hugging Face transformers' own greedy / prompt-lookup generate on our weights."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
