@@ -1,45 +1,73 @@
-"""Decoding speed beside other work: quiet, beside a CPU-bound process, beside a second decoder.
+"""Decoding speed beside other work, under the library's thread policy and under torch's defaults.
 
-Each measurement is one fresh process (the thread policy is chosen when a process starts), which
-loads SmolLM2-135M-Instruct, decodes ``--tokens`` new tokens once to warm up and then once timed
-(greedy, one chat prompt), and prints tokens per second. It runs under two thread settings:
+Each cell is one fresh process (the thread policy is chosen when a process starts): it loads
+SmolLM2-135M-Instruct, decodes ``--max-new-tokens`` greedy tokens after one chat prompt (no stop
+token, so every decode has that length) once to warm up and once timed, and prints its tokens
+per second, its tokens and its thread record (`Policy.as_dict`, the ``threads`` record that
+``generate --json`` prints). A cell is one of:
 
-- ``policy``: the library's (`casspec_ref.accel.threads`, ``CASSPEC_THREADS=auto``);
-- ``inherited``: torch's defaults (``CASSPEC_THREADS=inherit``);
+- a thread setting: ``policy``, the library's (`casspec_ref.accel.threads`,
+  ``CASSPEC_THREADS=auto``); ``inherited``, torch's defaults (``CASSPEC_THREADS=inherit``);
+  ``one-thread`` (``CASSPEC_THREADS=1``, quiet only: with the other two it gives the quiet cost
+  of the policy). ``OMP_NUM_THREADS`` is removed from the children's environment (it would
+  override every setting);
+- a method: the naive loop (``ar``), CAS-Spec (``cas-spec``, its DyTC estimates carried from the
+  warm-up decode to the timed one, as the bench does) and, when transformers is installed,
+  transformers' ``generate`` on the same weights (``hf``);
+- a condition: ``quiet`` (nothing else started); ``competitor`` (a pure-Python busy loop, one
+  CPU-bound process, started before the cell); ``decoder`` (a second process decoding with the
+  naive loop under the same setting, started before the cell); ``competitor-mid`` (the busy
+  loop starts once the timed decode has run ``--mid-run-fraction`` of the same cell's quiet
+  decode time in this repeat: the load arrives during the decode, where only the policy's
+  `Monitor` can follow it).
 
-(``OMP_NUM_THREADS`` is removed from the children's environment: it would override both), for
-the naive loop (``ar``), CAS-Spec (``cas-spec``) and, when transformers is installed,
-transformers' ``generate`` on the same weights (``hf``), in three conditions:
+Each of ``--repeats`` repeats runs every cell once, conditions in turn (quiet first, so that
+the mid-run delay can be taken from it), so that a drift of the machine's speed hits every
+condition alike. Every ratio below is the median over repeats of the ratio within one repeat.
+Every generation's tokens are compared with the quiet naive loop's (the first repeat's, under
+the first thread setting); a difference is listed in ``differences``.
 
-- ``quiet``: nothing else started;
-- ``python``: beside one pure-Python busy loop (one CPU-bound process);
-- ``torch``: beside a second process decoding with the naive loop under the same setting.
-
-Competitors run in their own process group, stop by themselves after ``--competitor-s`` seconds, and
-are killed when their measurement ends (or the script exits), whatever happens. Each child has a
-timeout (``--child-timeout``). With the defaults the script runs for a few minutes.
+Competitors run in their own process group, stop by themselves after ``--competitor-s``
+seconds, and are killed when their cell ends (or the script exits), whatever happens. Each
+child has a timeout (``--child-timeout``). With the defaults the script runs for about half an
+hour.
 
 Output: one JSON record, printed and written to ``<out>/busy_machine.json`` with ``--out``:
 
     {
-      "settings": {"tokens": int, "prompt": str, "competitor_s": float, "methods": [str],
-                   "thread_settings": [str], "conditions": [str]},
-      "environment": {"command": str, "machine": str, "cpus": int, "torch": str, "python": str,
-                      "platform": str, "git_commit": str, "time": str,
-                      "load": {"start": {...} | null, "end": {...} | null, "changed": bool | null}},
-      "runs": [  # one per (setting, method, condition)
-        {"setting": "policy" | "inherited", "method": "ar" | "cas-spec" | "hf",
-         "condition": "quiet" | "python" | "torch",
-         "tokens_per_s": float | null,  # null: the child failed or timed out ("error" says why)
-         "threads": {...} | null,       # the child's thread policy record (`Policy.as_dict`)
-         "error": str | null}
+      "benchmark": "busy_machine",
+      "settings": {"max_new_tokens", "repeats", "prompt", "methods", "thread_settings",
+                   "conditions", "mid_run_fraction", "competitor_s", "child_timeout_s"},
+      "environment": {"command", "machine", "cpus", "torch", "python", "platform",
+                      "git_commit", "time", "load": {"start", "end", "changed"}},
+      "cells": [  # one per (repeat, setting, method, condition), in the order they ran
+        {"repeat", "setting", "method", "condition",
+         "tokens_per_s", "seconds", "new_tokens",  # null: the child failed ("error" says why)
+         "competitor_after_s",   # competitor-mid: seconds into the timed decode it started
+         "competitor_in_decode", # competitor-mid: whether that was before the decode ended
+         "threads_mode", "max_threads", "threads_at_start", "threads_at_end",
+         "switching",            # whether the policy may switch the count mid-run
+         "switching_note", "switches",  # every switch of the process: [seconds, count]
+         "switches_in_decode",   # switches during the timed decode
+         "start_others", "most_others_seen",  # other processes' cores at start, most seen
+         "equal_to_quiet_ar", "first_difference", "error"}
       ],
-      "ratios": [  # busy over quiet tokens per second, per setting, method and busy condition
-        {"setting": str, "method": str, "condition": "python" | "torch", "ratio": float | null}
+      "rates": [  # per setting, method and condition
+        {"setting", "method", "condition", "tokens_per_s",  # median over repeats
+         "repeats",               # cells that gave a figure
+         "over_quiet",            # tokens per second over the quiet cell's (null for quiet)
+         "switched_cells", "switching"}
       ],
-      "speedups": [  # cas-spec over ar tokens per second, per setting and condition
-        {"setting": str, "condition": str, "speedup": float | null}
-      ]
+      "speedups": [  # cas-spec over ar, per setting and condition
+        {"setting", "condition", "speedup", "over_quiet_speedup"}
+      ],
+      "quiet_cost": [  # quiet tokens per second of one setting over another's, per method
+        {"method", "policy_over_inherited", "policy_over_one_thread",
+         "inherited_over_one_thread"}
+      ],
+      "reference": {"setting", "repeat", "tokens"},  # the quiet naive loop's generation
+      "differences": [{"repeat", "setting", "method", "condition", "first_difference",
+                       "tokens"}]
     }
 
 ``environment.load`` is the other processes' load before and after the whole script
@@ -57,18 +85,27 @@ import os
 import platform
 import shlex
 import signal
+import statistics
 import subprocess
 import sys
+import tempfile
+import threading
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-PROMPT = "Explain in two sentences why the sky is blue."
-SETTINGS = {"policy": "auto", "inherited": "inherit"}
-CONDITIONS = ("quiet", "python", "torch")
+PROMPT = "Explain step by step how a refrigerator keeps food cold."
+SETTINGS = {"policy": "auto", "inherited": "inherit", "one-thread": "1"}
+QUIET_ONLY = ("one-thread",)  # settings run in the quiet condition only
+CONDITIONS = ("quiet", "competitor", "decoder", "competitor-mid")
+METHODS = ("ar", "cas-spec", "hf")
+TIMED = "timed decode starts"  # the line a child prints just before its timed decode
+MID_RUN_FALLBACK_S = 4.0  # competitor-mid's quiet decode time when its quiet cell failed
 _LIVE: list[subprocess.Popen] = []
 
 
+# ----------------------------------------------------------------------------- processes
 def _stop(proc: subprocess.Popen) -> None:
     """End a competitor and everything it started (its process group), then reap it."""
     if proc.poll() is None:
@@ -91,41 +128,89 @@ def child_env(setting: str) -> dict[str, str]:
     return env
 
 
-def start_competitor(condition: str, setting: str, seconds: float) -> subprocess.Popen | None:
-    """The competing process of ``condition`` (None for quiet); it exits after ``seconds``."""
-    if condition == "quiet":
-        return None
-    if condition == "python":
+def start_competitor(kind: str, setting: str, seconds: float) -> None:
+    """A competing process: a pure-Python busy loop, or a second decoder (``kind`` "decoder")
+    under ``setting``; it exits by itself after ``seconds`` and is stopped with its cell."""
+    if kind == "decoder":
+        cmd = [sys.executable, __file__, "--compete", str(seconds)]
+    else:
         code = (
             f"import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end: pass"
         )
         cmd = [sys.executable, "-c", code]
-    else:
-        cmd = [sys.executable, __file__, "--compete", str(seconds)]
     quiet = subprocess.DEVNULL
-    proc = subprocess.Popen(
-        cmd, env=child_env(setting), start_new_session=True, stdout=quiet, stderr=quiet
-    )
-    _LIVE.append(proc)
-    return proc
-
-
-def measure(method: str, setting: str, tokens: int, timeout: float) -> dict[str, Any]:
-    """One child process: its tokens per second and thread record, or the error."""
-    cmd = [sys.executable, __file__, "--child", method, "--tokens", str(tokens)]
-    try:
-        done = subprocess.run(
-            cmd, env=child_env(setting), capture_output=True, text=True, timeout=timeout
+    _LIVE.append(
+        subprocess.Popen(
+            cmd, env=child_env(setting), start_new_session=True, stdout=quiet, stderr=quiet
         )
-    except subprocess.TimeoutExpired:
-        return {"tokens_per_s": None, "threads": None, "error": f"timed out after {timeout} s"}
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
-        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-        return {"tokens_per_s": None, "threads": None, "error": tail[0][:300]}
-    return {**json.loads(lines[-1]), "error": None}
+    )
 
 
+def run_cell_process(
+    method: str, setting: str, args: argparse.Namespace, on_timed: Callable[[], None] | None
+) -> dict[str, Any]:
+    """One child process; ``on_timed`` is called when its timed decode starts. Returns the
+    child's record, or ``{"error": ...}``."""
+    cmd = [sys.executable, __file__, "--child", method]
+    cmd += ["--max-new-tokens", str(args.max_new_tokens)]
+    expired: list[bool] = []
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(
+            cmd, env=child_env(setting), stdout=subprocess.PIPE, stderr=err, text=True
+        )
+
+        def expire() -> None:
+            expired.append(True)
+            proc.kill()
+
+        killer = threading.Timer(args.child_timeout, expire)
+        killer.start()
+        try:
+            assert proc.stdout is not None
+            lines = []
+            for line in proc.stdout:
+                if line.strip() == TIMED and on_timed is not None:
+                    on_timed()
+                lines.append(line)
+            proc.wait()
+        finally:
+            killer.cancel()
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        err.seek(0)
+        tail = (err.read().strip().splitlines() or ["no output"])[-1]
+    records = [line for line in lines if line.startswith("{")]
+    if expired:
+        return {"error": f"timed out after {args.child_timeout} s"}
+    if proc.returncode != 0 or not records:
+        return {"error": f"exit status {proc.returncode}: {tail[:300]}"}
+    return json.loads(records[-1])
+
+
+def measure(
+    method: str, setting: str, condition: str, args: argparse.Namespace, quiet_s: float | None
+) -> tuple[dict[str, Any], float | None]:
+    """One cell under ``condition``: the child's record and, for ``competitor-mid``, how many
+    seconds into the timed decode the competitor started."""
+    after = round(args.mid_run_fraction * (quiet_s or MID_RUN_FALLBACK_S), 3)
+
+    def start_mid_run() -> None:
+        time.sleep(after)
+        start_competitor("competitor", setting, args.competitor_s)
+
+    try:
+        if condition in ("competitor", "decoder"):
+            start_competitor(condition, setting, args.competitor_s)
+            time.sleep(1.0 if condition == "competitor" else 5.0)  # a decoder loads its model
+        if condition != "competitor-mid":
+            return run_cell_process(method, setting, args, None), None
+        return run_cell_process(method, setting, args, start_mid_run), after
+    finally:
+        _stop_all()
+
+
+# ----------------------------------------------------------------------------- the children
 def _load() -> tuple[Any, list[int]]:
     from casspec_ref.io.weights import load_model
 
@@ -134,27 +219,48 @@ def _load() -> tuple[Any, list[int]]:
     return model, tokenizer.apply_chat_template([{"role": "user", "content": PROMPT}])
 
 
-def run_child(method: str, tokens: int) -> int:
-    """Decode once to warm up, once timed; print ``{"tokens_per_s", "threads"}``."""
-    from casspec_ref.accel import threads
+def _runner(method: str, model: Any) -> Callable[[list[int], int], list[int]]:
+    from casspec_ref.dytc import DyTCConfig, DyTCPolicy
     from casspec_ref.generate import generate_ar
-    from casspec_ref.speculative import generate_speculative
+    from casspec_ref.speculative import default_drafts, generate_speculative
+
+    if method == "ar":
+        return lambda prompt, n: list(generate_ar(model, prompt, n).tokens)
+    if method == "cas-spec":
+        policy = DyTCPolicy([plan.name for plan in default_drafts(model)], DyTCConfig())
+        return lambda prompt, n: list(
+            generate_speculative(model, prompt, n, method="cas-spec", policy=policy).tokens
+        )
+    from casspec_ref.tools.bench import make_hf_runner
+
+    hf = make_hf_runner("hf", model, ())
+    return lambda prompt, n: hf(prompt, n)[0]
+
+
+def run_child(method: str, max_new_tokens: int) -> int:
+    """Decode once to warm up, once timed; print the `TIMED` line before the timed decode,
+    then ``{"tokens_per_s", "seconds", "tokens", "threads", "threads_at_start",
+    "switches_in_decode"}``."""
+    from casspec_ref.accel import threads
 
     model, prompt = _load()
-    if method == "ar":
-        run = lambda: generate_ar(model, prompt, tokens).tokens  # noqa: E731
-    elif method == "cas-spec":
-        run = lambda: generate_speculative(model, prompt, tokens, method="cas-spec").tokens  # noqa: E731
-    else:
-        from casspec_ref.tools.bench import _make_hf_runner
-
-        hf = _make_hf_runner("hf", model, ())
-        run = lambda: hf(prompt, tokens)[0]  # noqa: E731
-    run()
+    run = _runner(method, model)
+    run(prompt, max_new_tokens)
+    policy = threads.apply()
+    at_start, switches = policy.threads, len(policy.switches)
+    print(TIMED, flush=True)
     start = time.perf_counter()
-    out = run()
+    tokens = run(prompt, max_new_tokens)
     seconds = time.perf_counter() - start
-    print(json.dumps({"tokens_per_s": len(out) / seconds, "threads": threads.apply().as_dict()}))
+    record = {
+        "tokens_per_s": len(tokens) / seconds,
+        "seconds": seconds,
+        "tokens": tokens,
+        "threads": policy.as_dict(),
+        "threads_at_start": at_start,
+        "switches_in_decode": len(policy.switches) - switches,
+    }
+    print(json.dumps(record))
     return 0
 
 
@@ -169,58 +275,233 @@ def run_competitor(seconds: float) -> int:
     return 0
 
 
-def ratios(runs: list[dict[str, Any]]) -> tuple[list[dict], list[dict]]:
-    """Busy over quiet tokens per second; CAS-Spec over the naive loop, per condition."""
-    rate = {(r["setting"], r["method"], r["condition"]): r["tokens_per_s"] for r in runs}
+# ----------------------------------------------------------------------------- the record
+def cell_record(
+    key: tuple[int, str, str, str], child: dict[str, Any], after: float | None
+) -> dict[str, Any]:
+    """One flat row of ``cells`` from the child's record (its tokens are kept aside)."""
+    t = child.get("threads") or {}
+    tokens, seconds = child.get("tokens"), child.get("seconds")
+    return {
+        **dict(zip(("repeat", "setting", "method", "condition"), key, strict=True)),
+        "tokens_per_s": child.get("tokens_per_s"),
+        "seconds": seconds,
+        "new_tokens": None if tokens is None else len(tokens),
+        "competitor_after_s": after,
+        "competitor_in_decode": None if after is None or not seconds else after < seconds,
+        "threads_mode": t.get("mode"),
+        "max_threads": t.get("max_threads"),
+        "threads_at_start": child.get("threads_at_start"),
+        "threads_at_end": t.get("threads"),
+        "switching": t.get("switching"),
+        "switching_note": t.get("switching_note"),
+        "switches": t.get("switches"),
+        "switches_in_decode": child.get("switches_in_decode"),
+        "start_others": t.get("start_others"),
+        "most_others_seen": t.get("most_others_seen"),
+        "equal_to_quiet_ar": None,
+        "first_difference": None,
+        "error": child.get("error"),
+    }
 
-    def over(a: float | None, b: float | None) -> float | None:
-        return None if a is None or not b else round(a / b, 3)
 
-    busy = [
+def first_difference(a: list[int], b: list[int]) -> int | None:
+    """The first position where two generations differ (a shorter one differs at its end)."""
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def compare_tokens(
+    cells: list[dict[str, Any]], tokens: list[list[int] | None], settings: list[str]
+) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    """Mark every cell equal or not to the quiet naive loop's generation (the first one that
+    ran, preferring the first setting's); return that reference and the cells that differ."""
+    quiet_ar = [
+        i
+        for i, c in enumerate(cells)
+        if c["method"] == "ar" and c["condition"] == "quiet" and tokens[i] is not None
+    ]
+    if not quiet_ar:
+        return None, []
+    ref = min(quiet_ar, key=lambda i: (settings.index(cells[i]["setting"]), cells[i]["repeat"]))
+    reference = tokens[ref]
+    assert reference is not None
+    differences = []
+    for cell, got in zip(cells, tokens, strict=True):
+        if got is None:
+            continue
+        cell["first_difference"] = first_difference(got, reference)
+        cell["equal_to_quiet_ar"] = cell["first_difference"] is None
+        if not cell["equal_to_quiet_ar"]:
+            where = {k: cell[k] for k in ("repeat", "setting", "method", "condition")}
+            differences.append(
+                {**where, "first_difference": cell["first_difference"], "tokens": got}
+            )
+    head = {k: cells[ref][k] for k in ("setting", "repeat")}
+    return {**head, "tokens": reference}, differences
+
+
+def median_ratio(pairs: Iterable[tuple[float | None, float | None]]) -> float | None:
+    """The median of a / b over the pairs (repeats) where both are there."""
+    ratios = [a / b for a, b in pairs if a is not None and b]
+    return round(statistics.median(ratios), 4) if ratios else None
+
+
+def summarize(cells: list[dict[str, Any]], repeats: int) -> dict[str, list[dict[str, Any]]]:
+    """``rates``, ``speedups`` and ``quiet_cost`` from the cells (see the module docstring)."""
+    rate = {
+        (c["repeat"], c["setting"], c["method"], c["condition"]): c["tokens_per_s"] for c in cells
+    }
+    keys = list(dict.fromkeys((s, m, c) for _, s, m, c in rate))
+    reps = range(repeats)
+
+    def r(rep: int, s: str, m: str, c: str) -> float | None:
+        return rate.get((rep, s, m, c))
+
+    rates = []
+    for s, m, c in keys:
+        mine = [x for x in cells if (x["setting"], x["method"], x["condition"]) == (s, m, c)]
+        figures = [x["tokens_per_s"] for x in mine if x["tokens_per_s"] is not None]
+        allowed = [x["switching"] for x in mine if x["switching"] is not None]
+        rates.append(
+            {
+                "setting": s,
+                "method": m,
+                "condition": c,
+                "tokens_per_s": round(statistics.median(figures), 3) if figures else None,
+                "repeats": len(figures),
+                "over_quiet": None
+                if c == "quiet"
+                else median_ratio((r(i, s, m, c), r(i, s, m, "quiet")) for i in reps),
+                "switched_cells": sum(1 for x in mine if (x["switches_in_decode"] or 0) > 0),
+                "switching": all(allowed) if allowed else None,
+            }
+        )
+    return {"rates": rates, **_speedups_and_cost(r, keys, reps)}
+
+
+def _speedups_and_cost(
+    r: Callable[[int, str, str, str], float | None],
+    keys: list[tuple[str, str, str]],
+    reps: range,
+) -> dict[str, list[dict[str, Any]]]:
+    def speedup(i: int, s: str, c: str) -> float | None:
+        a, b = r(i, s, "cas-spec", c), r(i, s, "ar", c)
+        return None if a is None or not b else a / b
+
+    speedups = [
         {
             "setting": s,
-            "method": m,
             "condition": c,
-            "ratio": over(rate[s, m, c], rate[s, m, "quiet"]),
+            "speedup": median_ratio((r(i, s, "cas-spec", c), r(i, s, "ar", c)) for i in reps),
+            "over_quiet_speedup": median_ratio(
+                (speedup(i, s, c), speedup(i, s, "quiet")) for i in reps
+            ),
         }
-        for s, m, c in rate
-        if c != "quiet"
-    ]
-    speedups = [
-        {"setting": s, "condition": c, "speedup": over(rate[s, m, c], rate.get((s, "ar", c)))}
-        for s, m, c in rate
+        for s, m, c in keys
         if m == "cas-spec"
     ]
-    return busy, speedups
+    pairs = (("policy", "inherited"), ("policy", "one-thread"), ("inherited", "one-thread"))
+    methods = list(dict.fromkeys(m for _, m, c in keys if c == "quiet"))
+    quiet_cost = [
+        {"method": m}
+        | {
+            f"{a}_over_{b}".replace("-", "_"): median_ratio(
+                (r(i, a, m, "quiet"), r(i, b, m, "quiet")) for i in reps
+            )
+            for a, b in pairs
+        }
+        for m in methods
+    ]
+    return {"speedups": speedups, "quiet_cost": quiet_cost}
 
 
-def main(argv: list[str] | None = None) -> int:
+# ----------------------------------------------------------------------------- the run
+def plan(settings: list[str], methods: list[str], conditions: list[str]) -> list[tuple]:
+    """One repeat's cells, (setting, method, condition), conditions in turn, quiet first."""
+    order = sorted(conditions, key=CONDITIONS.index)
+    return [
+        (s, m, c)
+        for c in order
+        for s in settings
+        if c == "quiet" or s not in QUIET_ONLY
+        for m in methods
+    ]
+
+
+def run_all(
+    args: argparse.Namespace, settings: list[str], methods: list[str], conditions: list[str]
+) -> tuple[list[dict[str, Any]], list[list[int] | None]]:
+    """Every cell of every repeat, in order: the flat cells and each cell's tokens."""
+    cells: list[dict[str, Any]] = []
+    tokens: list[list[int] | None] = []
+    for repeat in range(args.repeats):
+        quiet_s: dict[tuple[str, str], float] = {}
+        for setting, method, condition in plan(settings, methods, conditions):
+            child, after = measure(method, setting, condition, args, quiet_s.get((setting, method)))
+            if condition == "quiet" and child.get("seconds"):
+                quiet_s[setting, method] = child["seconds"]
+            cell = cell_record((repeat, setting, method, condition), child, after)
+            cells.append(cell)
+            tokens.append(child.get("tokens"))
+            shown = cell["tokens_per_s"]
+            print(
+                f"{repeat} {setting:10s} {condition:14s} {method:8s} "
+                + (f"{shown:6.1f} tok/s" if shown else f"failed: {cell['error']}"),
+                file=sys.stderr,
+            )
+    return cells, tokens
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tokens", type=int, default=32, help="new tokens per timed decode")
-    parser.add_argument("--competitor-s", type=float, default=60.0, help="a competitor's life")
-    parser.add_argument("--child-timeout", type=float, default=120.0)
-    parser.add_argument("--methods", default="ar,cas-spec,hf")
-    parser.add_argument("--settings", default=",".join(SETTINGS), help="policy,inherited")
-    parser.add_argument("--conditions", default=",".join(CONDITIONS), help="quiet,python,torch")
+    parser.add_argument("--max-new-tokens", type=int, default=128, help="tokens per decode")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of every cell")
+    parser.add_argument("--methods", default=",".join(METHODS), help="among ar,cas-spec,hf")
+    parser.add_argument("--settings", default=",".join(SETTINGS), help=", ".join(SETTINGS))
+    parser.add_argument("--conditions", default=",".join(CONDITIONS), help=",".join(CONDITIONS))
+    parser.add_argument(
+        "--mid-run-fraction",
+        type=float,
+        default=0.25,
+        help="competitor-mid: the share of the quiet decode time after which the loop starts",
+    )
+    parser.add_argument("--competitor-s", type=float, default=300.0, help="a competitor's life")
+    parser.add_argument("--child-timeout", type=float, default=600.0, help="seconds per cell")
     parser.add_argument("--out", type=Path, help="write busy_machine.json into this folder")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--compete", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.child or args.compete is not None:
+        return args
+    args.methods = [m for m in args.methods.split(",") if m]
+    args.settings = [s for s in args.settings.split(",") if s]
+    args.conditions = [c for c in args.conditions.split(",") if c]
+    for flag, given, allowed in (
+        ("--methods", args.methods, METHODS),
+        ("--settings", args.settings, tuple(SETTINGS)),
+        ("--conditions", args.conditions, CONDITIONS),
+    ):
+        if not given or set(given) - set(allowed):
+            parser.error(f"{flag}={','.join(given)}: allowed are {', '.join(allowed)}")
+    if "quiet" not in args.conditions:
+        parser.error("--conditions must include quiet: the ratios are taken against it")
+    if args.max_new_tokens < 1 or args.repeats < 1:
+        parser.error("--max-new-tokens and --repeats must be >= 1")
+    if not 0 <= args.mid_run_fraction < 1:
+        parser.error(f"--mid-run-fraction={args.mid_run_fraction}: must be in [0, 1)")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     if args.child:
-        return run_child(args.child, args.tokens)
+        return run_child(args.child, args.max_new_tokens)
     if args.compete is not None:
         return run_competitor(args.compete)
-    if args.tokens < 1:
-        parser.error(f"--tokens={args.tokens} must be >= 1")
-    methods = [m for m in args.methods.split(",") if m]
-    if unknown := set(methods) - {"ar", "cas-spec", "hf"}:
-        parser.error(f"unknown --methods {sorted(unknown)}: allowed are ar, cas-spec, hf")
-    settings = [x for x in args.settings.split(",") if x]
-    conditions = [x for x in args.conditions.split(",") if x]
-    if set(settings) - set(SETTINGS) or set(conditions) - set(CONDITIONS) or not settings:
-        parser.error(f"--settings among {list(SETTINGS)}, --conditions among {list(CONDITIONS)}")
-    if "quiet" not in conditions:
-        parser.error("--conditions must include quiet: the ratios are taken against it")
+    methods = args.methods
     try:
         import transformers  # noqa: F401
     except ImportError:
@@ -230,45 +511,29 @@ def main(argv: list[str] | None = None) -> int:
     from casspec_ref.accel import threads
 
     load_start = threads.machine_load()
-    runs = []
-    for setting in settings:
-        for condition in conditions:
-            for method in methods:
-                competitor = start_competitor(condition, setting, args.competitor_s)
-                try:
-                    if competitor is not None:
-                        time.sleep(1.0 if condition == "python" else 5.0)  # let it get going
-                    result = measure(method, setting, args.tokens, args.child_timeout)
-                finally:
-                    if competitor is not None:
-                        _stop(competitor)
-                        _LIVE.remove(competitor)
-                runs.append(
-                    {"setting": setting, "method": method, "condition": condition, **result}
-                )
-                shown = result["tokens_per_s"]
-                print(
-                    f"{setting:9s} {condition:6s} {method:8s} "
-                    + (f"{shown:6.1f} tok/s" if shown else f"failed: {result['error']}"),
-                    file=sys.stderr,
-                )
-    busy, speedups = ratios(runs)
+    cells, tokens = run_all(args, args.settings, methods, args.conditions)
+    reference, differences = compare_tokens(cells, tokens, args.settings)
     record = {
+        "benchmark": "busy_machine",
         "settings": {
-            "tokens": args.tokens,
+            "max_new_tokens": args.max_new_tokens,
+            "repeats": args.repeats,
             "prompt": PROMPT,
-            "competitor_s": args.competitor_s,
             "methods": methods,
-            "thread_settings": settings,
-            "conditions": conditions,
+            "thread_settings": args.settings,
+            "conditions": args.conditions,
+            "mid_run_fraction": args.mid_run_fraction,
+            "competitor_s": args.competitor_s,
+            "child_timeout_s": args.child_timeout,
         },
         "environment": _environment(
             threads.load_record(load_start, threads.machine_load()),
             shlex.join(["python", "benchmarks/busy_machine.py", *sys.argv[1:]]),
         ),
-        "runs": runs,
-        "ratios": busy,
-        "speedups": speedups,
+        "cells": cells,
+        **summarize(cells, args.repeats),
+        "reference": reference,
+        "differences": differences,
     }
     text = json.dumps(record, indent=1)
     print(text)

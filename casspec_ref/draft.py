@@ -181,7 +181,7 @@ class StepDrafter:
             positions = torch.arange(base, base + size, device=cache.k.device)[None]  # (1, T)
             start = self.clock()
             with torch.no_grad():
-                logits = model.forward(tokens, positions, cache=cache)  # (1, T, V)
+                logits = model(tokens, positions, cache=cache)  # (1, T, V)
             logits[0, -1, 0].item()  # a GPU runs the forward asynchronously: wait for it
             seconds[size] = min(seconds.get(size, math.inf), self.clock() - start)
             cache.truncate(base)  # scratch rows go; the verified prefix is untouched

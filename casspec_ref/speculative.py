@@ -156,7 +156,7 @@ def prefill(state: Decoding) -> None:
     """Run the whole prompt through the target and draw the first token, as `generate_ar` does."""
     start = state.clock()
     prompt_t = torch.tensor([state.prompt], dtype=torch.long, device=state.cache.k.device)  # (1,P)
-    logits = state.model.forward(prompt_t, None, cache=state.cache, last_only=True)  # (1, 1, V)
+    logits = state.model(prompt_t, None, cache=state.cache, last_only=True)  # (1, 1, V)
     s = state.sampling
     law = target_law(logits[0, -1], s.temperature, s.top_k, s.top_p).cpu().numpy()  # (V,)
     state.stats.observe_prefill(state.clock() - start)
@@ -213,7 +213,7 @@ def verify(state: Decoding, tree: DraftTree) -> tuple[VerifyResult, torch.Tensor
     # A chain (the root alone included) is causal: no mask takes the naive loop's path.
     is_chain = all(tree.parent(i) == i - 1 for i in range(1, len(tree)))
     mask = None if is_chain else tree.attention_mask(base).to(device)  # (N, base + N)
-    logits = state.model.forward(node_tokens, positions, cache=cache, attn_mask=mask)  # (1,N,V)
+    logits = state.model(node_tokens, positions, cache=cache, attn_mask=mask)  # (1,N,V)
     s = state.sampling
     target_probs = target_law(logits[0], s.temperature, s.top_k, s.top_p).cpu().numpy()  # (N, V)
     remaining = state.max_new_tokens - len(state.tokens)

@@ -304,3 +304,126 @@ def test_sized_methods_sampling_verify_curve_and_dytc_report(tmp_path: Path, tin
     assert report["drafts"]["pld next"]["c"] is None  # a continuing estimate has no cost of its own
     assert report["drafts"]["pld"]["c"] is not None  # the lookup's own estimate has one
     assert bench.main([*argv[:-6], "--temperature", "-1"], model=model, tokenizer=tokenizer) == 2
+
+
+def _answers(walls: list[float], tokens: list[list[int]]) -> list[bench.QuestionRecord]:
+    """One single-turn record per question: the given tokens in the given wall seconds."""
+    return [
+        bench.QuestionRecord(
+            bench.Question(i, "qa", ("q",)), [bench.TurnRecord(list(tokens[i]), wall, {})]
+        )
+        for i, wall in enumerate(walls)
+    ]
+
+
+SAME = [[5, 6, 7], [8, 9, 10]]
+OTHER = [[5, 6, 7], [8, 0, 10]]  # the second question differs at token 1
+
+
+@pytest.mark.parametrize(
+    "plain_tokens, plain_walls, mine_tokens, sampled, base",
+    [
+        (SAME, [1.0, 1.0], SAME, False, "ar-plain"),  # equal to both: the faster, ar-plain
+        (SAME, [4.0, 4.0], SAME, False, "ar"),  # equal to both: the faster, ar
+        (OTHER, [1.0, 1.0], SAME, False, "ar"),  # equal to ar only: ar, though ar-plain is faster
+        (OTHER, [4.0, 4.0], OTHER, False, "ar-plain"),  # equal to ar-plain only
+        (OTHER, [1.0, 1.0], [[1], [2]], False, "ar"),  # equal to neither: ar (and flagged)
+        (SAME, [1.0, 1.0], SAME, True, "ar"),  # sampled: outputs not compared, ar
+    ],
+)
+def test_the_base_is_the_faster_naive_loop_whose_output_the_method_equals(
+    plain_tokens, plain_walls, mine_tokens, sampled, base
+) -> None:
+    run = {
+        "ar": _answers([2.0, 2.0], SAME),
+        "ar-plain": _answers(plain_walls, plain_tokens),
+        "m": _answers([1.0, 1.0], mine_tokens),
+    }
+    assert bench.speedup_base([run, run], "m", sampled) == base
+    # The naive loops' own rows are against ar; without ar-plain in the run, ar is the base.
+    assert bench.speedup_base([run], "ar-plain", sampled) == "ar"
+    assert bench.speedup_base([{"ar": run["ar"], "m": run["m"]}], "m", sampled) == "ar"
+
+
+def test_every_speedup_of_a_row_is_against_its_base() -> None:
+    """m runs in 1 s, ar in 2 s, ar-plain in 1 s (equal outputs): m's speedup against ar-plain is
+    1, while ar-plain's row is against ar (2: the plain form's speed ratio)."""
+    run = {
+        "ar": _answers([2.0, 2.0], SAME),
+        "ar-plain": _answers([1.0, 1.0], SAME),
+        "m": _answers([1.0, 1.0], SAME),
+    }
+    methods = ["ar", "ar-plain", "m"]
+    equal, _, _ = bench.compare_outputs([run], methods, sampled=False)
+    bases = {m: bench.speedup_base([run], m, False) for m in methods}
+    rows = {r["method"]: r for r in bench.summarize([run], methods, equal, bases)}
+    assert rows["m"]["base"] == "ar-plain" and rows["ar-plain"]["base"] == "ar"
+    for key in ("speedup", "speedup_total"):
+        assert rows["m"][key] == pytest.approx(1.0) and rows["ar-plain"][key] == pytest.approx(2.0)
+    assert rows["m"]["speedup_interval"] == pytest.approx([1.0, 1.0])
+    assert bench.base_label(rows["m"]) == "ar-plain"
+    assert bench.base_label({"method": "m", "equal_to_ar": False}) == "ar (not equal)"
+    assert bench.base_label({"method": "m", "equal_to_ar": None}) == "ar (sampled)"
+    assert "ar-plain" in bench.format_table(list(rows.values())).splitlines()[-1]
+
+
+def test_a_divergent_plain_loop_is_counted_and_fails_no_check() -> None:
+    run = {
+        "ar": _answers([1.0, 1.0], SAME),
+        "ar-plain": _answers([1.0, 1.0], OTHER),
+        "m": _answers([1.0, 1.0], SAME),
+    }
+    equal, divergences, plain = bench.compare_outputs([run], ["ar", "ar-plain", "m"], False)
+    assert equal == {"ar": True, "ar-plain": False, "m": True} and divergences == []
+    assert plain is not None and (plain["differing"], plain["generations"]) == (1, 2)
+    assert plain["divergences"][0]["position"] == 1
+    assert bench.unequal_methods(equal) == []
+    assert bench.plain_line(plain) == (
+        "ar-plain differs from ar in 1 of 2 generations, first differences at tokens 1"
+    )
+    # Another method's divergence still fails the run; a sampled run compares nothing.
+    equal, divergences, _ = bench.compare_outputs([{**run, "m": run["ar-plain"]}], [*run], False)
+    assert bench.unequal_methods(equal) == ["m"] and [d["method"] for d in divergences] == ["m"]
+    assert bench.compare_outputs([run], [*run], True) == ({m: None for m in run}, [], None)
+
+
+def test_the_plain_loop_in_a_run_is_reported_apart(
+    tmp_path: Path, tiny, capsys, monkeypatch
+) -> None:
+    """The tiny model's plain form is made to choose other tokens (its logits negated): the run
+    counts ar-plain's divergences, pld's base stays ar, and no warning is raised."""
+    model, tokenizer = tiny
+    forward = model.forward
+
+    def plain_differs(*args, **kwargs):
+        logits = forward(*args, **kwargs)
+        return logits if model.shape_invariant else -logits
+
+    monkeypatch.setattr(model, "forward", plain_differs)
+    questions = tmp_path / "q.jsonl"
+    write_questions(questions)
+    out = tmp_path / "out"
+    argv = ["--questions", str(questions), "--methods", "ar,ar-plain,pld", "--runs", "1"]
+    argv += ["--max-new-tokens", "4", "--out", str(out), "--no-progress"]
+    assert bench.main(argv, model=model, tokenizer=tokenizer) == 0
+    result = json.loads((out / "results.json").read_text())
+    overall = {r["method"]: r for r in result["records"] if r["group"] == "overall"}
+    assert overall["pld"]["base"] == "ar" and overall["pld"]["equal_to_ar"] is True
+    assert overall["ar-plain"]["equal_to_ar"] is False and result["divergences"] == []
+    assert result["plain_divergences"]["generations"] == 4  # 3 questions, one of two turns
+    assert result["plain_divergences"]["differing"] == 4
+    captured = capsys.readouterr()
+    assert "ar-plain differs from ar in 4 of 4 generations" in captured.out
+    assert "WARNING" not in captured.err and "DIVERGENCE" not in captured.err
+
+
+def test_machine_name_names_the_widest_vector_extension() -> None:
+    def cpuinfo(flags: str) -> str:
+        return f"processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: {flags}\n\nprocessor\t: 1\n"
+
+    assert bench.machine_name("cpu", cpuinfo("fpu sse4_2 avx avx2 fma")).endswith(", AVX2")
+    wide = bench.machine_name("cpu", cpuinfo("avx2 avx512f avx512bw avx512_bf16"))
+    assert wide.startswith("AMD EPYC, ") and wide.endswith(", AVX-512 (bf16)")
+    arm = "processor\t: 0\nFeatures\t: fp asimd sve\nCPU part\t: 0xd40\n"
+    assert bench.machine_name("cpu", arm).endswith(", SVE")
+    assert bench.machine_name("cpu", "model name\t: Old\nflags\t: fpu\n").endswith(" cores")

@@ -492,7 +492,7 @@ def test_time_target_runs_scratch_forwards_of_the_root_within_the_room() -> None
     seen: list[tuple[torch.Tensor, torch.Tensor, bool, int]] = []
 
     class Spy:
-        def forward(self, tokens, positions, cache=None, plan=None):  # type: ignore[no-untyped-def]
+        def __call__(self, tokens, positions, cache=None, plan=None):  # type: ignore[no-untyped-def]
             assert plan is None and cache is runner.cache
             out = model.forward(tokens, positions, cache=cache)
             seen.append((tokens, positions, torch.is_grad_enabled(), cache.length))
@@ -527,7 +527,7 @@ def test_time_target_feeds_on_the_cache_device() -> None:
             truncated.append(length)
 
     class Model:
-        def forward(self, tokens, positions, cache=None):  # type: ignore[no-untyped-def]
+        def __call__(self, tokens, positions, cache=None):  # type: ignore[no-untyped-def]
             seen.append((tokens.device, positions.device))
             return torch.zeros(1, tokens.shape[1], 5)  # (1, T, V) logits, read back once
 
@@ -550,7 +550,7 @@ def test_time_target_keeps_the_faster_of_two_forwards_per_size() -> None:
     model, now, firsts = runner.model, [0.0], set()
 
     class SlowFirst:
-        def forward(self, tokens, positions, cache=None):  # type: ignore[no-untyped-def]
+        def __call__(self, tokens, positions, cache=None):  # type: ignore[no-untyped-def]
             size = tokens.shape[1]
             now[0] += 0.1 + 0.01 * size if size in firsts else 0.5
             firsts.add(size)

@@ -6,6 +6,7 @@ import copy
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,7 +54,8 @@ def test_every_method_of_a_bench_record_is_shown(records: dict) -> None:
     page = results.render({"cpu_heldout_greedy": record})
     overall = [line for line in page.splitlines() if line.startswith("| `made-up:method` | ")]
     assert len(overall) == 2  # the overall table and the per-group table
-    assert overall[0].split(" | ")[1].startswith("1.235 ")
+    assert overall[0].split(" | ")[1] == "ar"  # a record without bases: every one is ar
+    assert overall[0].split(" | ")[2].startswith("1.235 ")
     assert overall[1].count("1.235 (") == len(added) - 1  # every group, "overall" excluded
 
 
@@ -67,11 +69,131 @@ def test_a_record_of_unknown_shape_appears_with_its_figures(records: dict) -> No
     assert page.index("## A busy machine") > page.index("## DSIA drafts")
 
 
+def _busy_rate(method: str, condition: str, rate: float, over: float | None) -> dict:
+    return {
+        "setting": "policy",
+        "method": method,
+        "condition": condition,
+        "tokens_per_s": rate,
+        "repeats": 2,
+        "over_quiet": over,
+        "switched_cells": 0 if condition == "quiet" else 2,
+        "switching": True,
+    }
+
+
+def _busy_cell(repeat: int, condition: str, others: float, error: str | None) -> dict:
+    return {
+        "repeat": repeat,
+        "setting": "policy",
+        "method": "ar",
+        "condition": condition,
+        "most_others_seen": others,
+        "switching_note": "checked at 1 and 2 threads",
+        "error": error,
+    }
+
+
+BUSY: dict[str, Any] = {
+    "benchmark": "busy_machine",
+    "settings": {"max_new_tokens": 128, "repeats": 2, "mid_run_fraction": 0.25},
+    "environment": {
+        "command": "python benchmarks/busy_machine.py",
+        "machine": "m",
+        "git_commit": "a",
+    },
+    "cells": [
+        _busy_cell(0, "competitor-mid", 1.02, None),
+        _busy_cell(1, "competitor-mid", 0.97, "timed out after 600.0 s"),
+    ],
+    "rates": [
+        _busy_rate("ar", "quiet", 20.0, None),
+        _busy_rate("ar", "competitor-mid", 15.0, 0.75),
+        _busy_rate("cas-spec", "quiet", 24.0, None),
+        _busy_rate("cas-spec", "competitor-mid", 16.5, 0.6875),
+    ],
+    "speedups": [
+        {"setting": "policy", "condition": "quiet", "speedup": 1.2, "over_quiet_speedup": 1.0},
+        {
+            "setting": "policy",
+            "condition": "competitor-mid",
+            "speedup": 1.1,
+            "over_quiet_speedup": 0.9167,
+        },
+    ],
+    "quiet_cost": [
+        {
+            "method": "ar",
+            "policy_over_inherited": 0.99,
+            "policy_over_one_thread": 1.5,
+            "inherited_over_one_thread": 1.51,
+        }
+    ],
+    "reference": {"setting": "policy", "repeat": 0, "tokens": [1, 2, 3]},
+    "differences": [
+        {
+            "repeat": 1,
+            "setting": "inherited",
+            "method": "cas-spec",
+            "condition": "decoder",
+            "first_difference": 7,
+            "tokens": [1, 2],
+        }
+    ],
+}
+
+
+def test_a_busy_machine_record_is_shown_by_condition_and_setting(records: dict) -> None:
+    page = results.render({**records, "busy_machine": BUSY})
+    section = page.split("## A busy machine", 1)[1].split("\n## ", 1)[0]
+    assert "| setting | method | quiet | competitor-mid |" in section
+    assert "| `policy` | `ar` | 20.0 | 15.0 (0.750) |" in section
+    assert "| `policy` | 1.200 | 1.100 (0.917) |" in section  # CAS-Spec over the naive loop
+    assert (
+        "| method | policy / inherited | policy / one thread | inherited / one thread |" in section
+    )
+    assert "| `ar` | 0.990 | 1.500 | 1.510 |" in section
+    assert "| `ar` | `competitor-mid` | yes | 2 of 2 | 1.02 |" in section  # the most seen
+    assert "Switching: checked at 1 and 2 threads." in section
+    assert "differ from the quiet naive loop's: 1." in section
+    assert "repeat 1, `inherited`, `cas-spec`, `decoder`: first at token 7" in section
+    assert "Failed cells: 1." in section and "timed out after 600.0 s" in section
+    assert "`rates[0]" not in section  # not the generic list of scalars
+    quiet = {**BUSY, "differences": [], "cells": BUSY["cells"][:1]}
+    section = results.render({"busy_machine": quiet}).split("## A busy machine", 1)[1]
+    assert "Every generation equals the quiet naive loop's token for token." in section
+    assert "Failed cells" not in section
+
+
 def test_divergences_are_counted_and_shown(records: dict) -> None:
     record = copy.deepcopy(records["cpu_bundled_greedy"])
     record["divergences"] = [{"method": "pld:3", "question": 1, "turn": 0, "token": 10}]
     page = results.render({"x": record})
     assert "Divergences from the naive loop: 1." in page and '"token": 10' in page
+
+
+def test_the_base_and_the_plain_loops_divergences_are_shown(records: dict) -> None:
+    """A row says which naive loop its speedup is taken against; the plain loop's divergences
+    from ``ar`` are a count apart, which leaves the other methods' verdict standing."""
+    record = copy.deepcopy(records["cpu_bundled_greedy"])
+    for r in record["records"]:
+        if r["method"] == "pld:3":
+            r["base"] = "ar-plain"
+    record["plain_divergences"] = {
+        "generations": 21,
+        "differing": 2,
+        "divergences": [
+            {"method": "ar-plain", "question_id": 4, "turn": 0, "position": 17},
+            {"method": "ar-plain", "question_id": 9, "turn": 1, "position": 60},
+        ],
+    }
+    page = results.render({"x": record})
+    assert "| `pld:3` | ar-plain | " in page and "| `cas-spec` | ar | " in page
+    assert (
+        "ar-plain differs from ar in 2 of 21 generations, first differences at tokens 17, 60"
+        in page
+    )
+    assert "Every output of the other methods equals the naive loop's token for token." in page
 
 
 def test_check_mode_fails_on_a_stale_page_and_passes_on_a_fresh_one(tmp_path: Path) -> None:

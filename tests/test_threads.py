@@ -7,13 +7,20 @@ counters, so every decision is checked exactly.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
+from typing import Any
 
 import pytest
 import torch
 
 from casspec_ref.accel import threads
 from casspec_ref.accel.threads import CpuTimes, JumpDetector, Load, Monitor, Policy
+from casspec_ref.base.random_weights import random_init_
+from casspec_ref.config import tiny_llama
+from casspec_ref.generate import generate_ar
+from casspec_ref.model import Transformer
+from casspec_ref.plan import ExecutionPlan
+from casspec_ref.speculative import generate_speculative
 
 STAT = """cpu  100 5 20 300 10 1 2 3 0 0
 cpu0 50 2 10 150 5 0 1 1 0 0
@@ -22,6 +29,7 @@ intr 12345
 """
 # A command name with a space and parentheses: fields are counted from the last ')'.
 SELF_STAT = "4242 (py (x) y) R 1 2 3 4 5 6 7 8 9 10 40 7 0 0 20 0 1 0"
+PROMPT = [3, 5, 7, 9, 3, 5, 7, 11]
 
 
 @pytest.fixture(autouse=True)
@@ -104,11 +112,46 @@ def test_monitor_drops_to_one_thread_when_another_process_takes_a_core() -> None
     assert m.policy.threads == 1 and [n for _, n in m.policy.switches] == [1]
 
 
-def test_monitor_waits_for_its_interval_unless_forward_times_jump() -> None:
-    feed = iter([times(0.0, 0, 0), times(0.1, 20, 10), times(0.2, 40, 20)])
-    m = Monitor(policy(), read=lambda: next(feed), detector=JumpDetector(2.0, 1), every_s=0.5)
-    assert m.observe(1, 0.03) is None  # 0.1 s after the last reading, no jump: nothing read
-    assert m.observe(1, 0.30) == 1  # a jump: the load is read at once (0.5 core of others)
+class Counters:
+    """Synthetic counters on a settable wall clock: each reading is counted, and the others'
+    load is ``others`` cores (2 CPUs, 100 ticks per CPU-second, this process using 1 core)."""
+
+    def __init__(self, others: float) -> None:
+        self.now, self.others, self.readings = 0.0, others, 0
+
+    def clock(self) -> float:
+        return self.now
+
+    def read(self) -> CpuTimes:
+        self.readings += 1
+        return times(self.now, 100 * (1 + self.others) * self.now, 100 * self.now)
+
+
+def test_monitor_reads_the_counters_only_when_its_interval_passed_or_times_jump() -> None:
+    c = Counters(others=1.0)
+    m = Monitor(policy(), c.read, JumpDetector(2.0, 3), every_s=0.5, clock=c.clock)
+    assert c.readings == 1  # the reading the first window starts from
+    for _ in range(20):  # 20 forwards within 0.2 s at a steady time: no reading
+        c.now += 0.01
+        assert m.observe(1, 0.01) is None
+    assert c.readings == 1
+    c.now += 0.1
+    assert m.observe(1, 0.05) is None and c.readings == 1  # one slow forward: the median holds
+    assert m.observe(1, 0.05) == 1 and c.readings == 2  # a jump: read at once, a core taken
+    assert m.policy.most_others_seen == 1.0
+    c.now += 0.49
+    assert m.observe(1, 0.05) is None and c.readings == 2  # the detector was reset; 0.49 s
+    c.now += 0.02
+    assert m.observe(1, 0.05) is None and c.readings == 3  # the interval passed: read (1 core)
+
+
+def test_monitor_reads_nothing_from_too_short_a_window() -> None:
+    c = Counters(others=1.0)
+    m = Monitor(policy(), c.read, JumpDetector(2.0, 1), every_s=0.5, clock=c.clock)
+    c.now += 0.01
+    m.observe(1, 0.001)
+    assert m.observe(1, 1.0) is None and c.readings == 2  # read on the jump, 0.01 s: no load
+    assert m.policy.most_others_seen is None and m.policy.threads == 2
 
 
 def test_monitor_comes_back_to_every_thread_after_two_quiet_readings() -> None:
@@ -175,3 +218,42 @@ def test_a_run_whose_load_changed_is_flagged() -> None:
     assert threads.load_record(quiet, busy)["changed"] is True
     assert threads.load_record(quiet, dict(quiet, others_cores=0.5))["changed"] is False
     assert threads.load_record(None, busy) == {"start": None, "end": busy, "changed": None}
+
+
+def test_watch_sees_every_forward_of_a_speculative_decode(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The prompt, verify and draft forwards of the speculative loop reach the monitor, each
+    with its kind: every call of the model is observed, in order, and none is missed."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv(threads.ENV_VAR, raising=False)
+    monkeypatch.setattr(threads, "sample_load", lambda: Load(2, 0.0, 0.1))
+    seen: list[tuple[int, str]] = []
+
+    class Recording(Monitor):
+        def observe(self, key: Hashable, seconds: float) -> int | None:
+            seen.append(key)  # type: ignore[arg-type]
+            return super().observe(key, seconds)
+
+    monkeypatch.setattr(threads, "Monitor", Recording)
+    model = random_init_(Transformer(tiny_llama(vocab_size=32, max_seq_len=64)).double(), seed=1)
+    want = generate_ar(model, PROMPT, 12).tokens  # before the watch: not observed
+    threads.watch(model)
+    called: list[tuple[int, str]] = []
+    inner = model.forward  # every forward, however it is called, passes through here
+
+    def counting(*args: Any, **kwargs: Any) -> torch.Tensor:
+        called.append(threads.forward_kind(args, kwargs))
+        return inner(*args, **kwargs)
+
+    monkeypatch.setattr(model, "forward", counting)
+    exit_early = ExecutionPlan(exit_after=1, name="exit")
+    got = generate_speculative(model, PROMPT, 12, method="chain", drafts=(exit_early,))
+    assert got.tokens == want
+    assert seen == called
+    assert seen[0] == (len(PROMPT), "target")  # the prompt's forward
+    verify = [rows for rows, name in seen[1:] if name == "target"]
+    drafts = [rows for rows, name in seen if name == "exit"]
+    assert len(verify) == got.stats["steps"] and max(verify) > 1  # one per step, with drafts
+    assert len(drafts) == got.stats["draft_forwards"] > 0
+    threads.watch(model)  # installed once: a second call adds no hooks
+    generate_ar(model, PROMPT, 2)
+    assert seen == called

@@ -15,8 +15,9 @@ OpenMP's default wait and chooses the count:
 - the load is the CPU time of the *other* processes: /proc/stat's busy time minus this process's
   own (/proc/self/stat), so it reads the same whatever this process is doing (`Load`);
 - it is read when the policy is applied (`apply`: over `START_WINDOW_S`), and while a model
-  decodes (`Monitor`, fed each forward's duration by a hook that
-  `casspec_ref.io.weights.load_model` installs): every `SAMPLE_S`, and at once when forward
+  decodes (`Monitor`, fed each forward's duration by the hooks `watch` puts on the model, which
+  `casspec_ref.io.weights.load_model` calls: every call of the model, the naive loop's, the
+  speculative loop's verify and the drafts' alike): every `SAMPLE_S`, and at once when forward
   times jump (`JumpDetector`). Going down takes one reading, going back up two in a row.
 
 Switching threads between forwards is exact only where each forward gives the same bits at
@@ -204,7 +205,9 @@ class Policy:
 class Monitor:
     """The run-time half of the policy: fed each forward's duration, it returns a new thread
     count when the load calls for one (or None). ``read`` gives the counters (`read_cpu_times`;
-    tests give synthetic ones)."""
+    tests give synthetic ones) and ``clock`` the time on the counters' wall clock: a forward
+    costs a clock reading, and the counters are read only once ``every_s`` has passed since
+    the last reading or the forward times jumped."""
 
     def __init__(
         self,
@@ -212,20 +215,19 @@ class Monitor:
         read: Callable[[], CpuTimes | None] = read_cpu_times,
         detector: JumpDetector | None = None,
         every_s: float = SAMPLE_S,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.policy, self.read, self.every_s = policy, read, every_s
+        self.policy, self.read, self.every_s, self.clock = policy, read, every_s, clock
         self.detector = JumpDetector() if detector is None else detector
         self.last = read()
         self.ups = 0  # readings in a row that asked for all threads back
 
     def observe(self, key: Hashable, seconds: float) -> int | None:
         jumped = self.detector.observe(key, seconds)
-        if self.last is None:
+        if self.last is None or not (jumped or self.clock() - self.last.wall >= self.every_s):
             return None
         now = self.read()
-        if now is None or (not jumped and now.wall - self.last.wall < self.every_s):
-            return None
-        if now.wall - self.last.wall < 0.02:  # too short a window to read a load from
+        if now is None or now.wall - self.last.wall < 0.02:  # too short a window to read from
             return None
         load, self.last = load_between(self.last, now), now
         seen = self.policy.most_others_seen
@@ -320,9 +322,24 @@ def threads_for(rows: int, policy: Policy) -> int:
     return policy.threads
 
 
+def forward_kind(args: tuple, kwargs: dict[str, Any]) -> tuple[int, str]:
+    """What a forward call of the model is, from its arguments (``tokens (1, T)``, ...,
+    ``plan``): its rows (T new tokens) and its plan's name ("target" without one). Forwards of
+    one kind take comparable times (`JumpDetector`'s key)."""
+    tokens = args[0] if args else kwargs.get("tokens")
+    plan = args[4] if len(args) > 4 else kwargs.get("plan")
+    shape = getattr(tokens, "shape", None)
+    rows = int(shape[-1]) if shape else 0
+    return rows, "target" if plan is None else str(getattr(plan, "name", plan))
+
+
 def watch(model: Any) -> None:
     """Feed ``model``'s forward durations to a `Monitor` that switches the thread count when
-    the load calls for it (a no-op unless switching is allowed; installed once per model)."""
+    the load calls for it (a no-op unless switching is allowed; installed once per model).
+
+    The hooks run on every call of the model, ``model(tokens, ...)``: the naive loop's forwards,
+    the speculative loop's prompt and verify forwards and the drafts' forwards all call it so
+    (a direct ``model.forward(...)`` passes the hooks by)."""
     import torch
 
     policy = apply()
@@ -331,24 +348,20 @@ def watch(model: Any) -> None:
     monitor = Monitor(policy)
     started = [0.0]
 
-    def before(module: Any, args: tuple) -> None:
-        tokens = args[0] if args else None
-        rows = int(tokens.shape[-1]) if isinstance(tokens, torch.Tensor) else 0
-        count = threads_for(rows, policy)
+    def before(module: Any, args: tuple, kwargs: dict[str, Any]) -> None:
+        count = threads_for(forward_kind(args, kwargs)[0], policy)
         if count != torch.get_num_threads():
             torch.set_num_threads(count)
         started[0] = time.perf_counter()
 
-    def after(module: Any, args: tuple, output: Any) -> None:
+    def after(module: Any, args: tuple, kwargs: dict[str, Any], output: Any) -> None:
         seconds = time.perf_counter() - started[0]
-        tokens = args[0] if args else None
-        rows = int(tokens.shape[-1]) if isinstance(tokens, torch.Tensor) else 0
-        wanted = monitor.observe(rows, seconds)
+        wanted = monitor.observe(forward_kind(args, kwargs), seconds)
         if wanted is not None:  # between two forwards: the next one runs on the new count
             torch.set_num_threads(wanted)
 
-    model.register_forward_pre_hook(before)
-    model.register_forward_hook(after)
+    model.register_forward_pre_hook(before, with_kwargs=True)
+    model.register_forward_hook(after, with_kwargs=True)
     model._thread_monitor = monitor
 
 

@@ -43,7 +43,7 @@ class DraftRunner:
             del self._fed[same:], self._rows[same:]
             new = path[same:]
             tokens = torch.tensor([new], dtype=torch.long, device=self.cache.k.device)  # (1, T)
-            out = self.model.forward(tokens, cache=self.cache, plan=plan)  # (1, T, V)
+            out = self.model(tokens, cache=self.cache, plan=plan)  # (1, T, V)
             self.forwards += 1
             self.tokens_fed += len(new)
             self._fed.extend(new)

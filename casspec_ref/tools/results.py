@@ -15,8 +15,10 @@ Records, by the shape of their content rather than a fixed list of names:
 - ``cpu_verify_curve.json`` (``benchmarks/verify_curve.py --json``): the verify cost curve;
 - ``dsia_table.json`` (``benchmarks/dsia_table.py``): alpha and c of every DSIA draft;
 - ``gpu_forward*.json`` (``benchmarks/cuda_forward.py --json``): where a GPU forward's time goes;
-- any other JSON record (for example ``busy_machine.json``): its environment and every scalar it
-  holds, so that a new record appears on the page without a change here.
+- ``busy_machine.json`` (``benchmarks/busy_machine.py``: ``"benchmark": "busy_machine"``): speed
+  per condition and thread setting, speedups, the policy's quiet cost and switches;
+- any other JSON record: its environment and every scalar it holds, so that a new record appears
+  on the page without a change here.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
+
+from casspec_ref.tools.bench import base_label, plain_line
 
 RECORDS = Path("docs/bench")
 PAGE = Path("docs/results.md")
@@ -148,7 +152,8 @@ def bench_section(record: dict[str, Any]) -> list[str]:
         "",
     ]
     lines += table(
-        ["method", "speedup [95% interval]", "decode", "total", "MAT", "tok/s", "= naive loop"],
+        ["method", "base", "speedup [95% interval]", "decode", "total", "MAT", "tok/s"]
+        + ["= naive loop"],
         [_overall_row(m, by[(m, "overall")]) for m in methods],
     )
     paired = (record.get("paired") or {}).get("against") or {}
@@ -169,7 +174,9 @@ def bench_section(record: dict[str, Any]) -> list[str]:
         ],
     )
     sampled = settings.get("temperature", 0.0) != 0.0
-    lines += divergence_lines(record.get("divergences") or [], sampled)
+    lines += divergence_lines(
+        record.get("divergences") or [], sampled, record.get("plain_divergences")
+    )
     curve = record.get("verify_curve_ms") or {}
     if curve:
         lines += [
@@ -190,6 +197,7 @@ def _overall_row(method: str, r: dict[str, Any]) -> list[str]:
         speedup += " " + _interval(r["speedup_interval"])
     return [
         f"`{method}`",
+        base_label(r),
         speedup,
         num(r.get("speedup_decode")),
         num(r.get("speedup_total")),
@@ -203,16 +211,25 @@ def _interval(bounds: Sequence[float]) -> str:
     return f"[{num(bounds[0])}, {num(bounds[1])}]"
 
 
-def divergence_lines(divergences: Sequence[Any], sampled: bool) -> list[str]:
-    """How many generations differ from the naive loop's, and the first few."""
+def divergence_lines(
+    divergences: Sequence[Any], sampled: bool, plain: dict[str, Any] | None = None
+) -> list[str]:
+    """How many generations differ from the naive loop's, and the first few; then how many of
+    the plain loop's differ from ``ar``'s (a lesson in rounding, no failure), when it ran."""
     if sampled:
-        return ["", "Sampled: outputs are not compared token for token (the law tests prove it)."]
+        return [
+            "",
+            "Sampled: outputs are not compared token for token (the law tests prove it), and "
+            "every speedup is against `ar`.",
+        ]
+    plain_lines = ["", plain_line(plain) + " (its kernels round by shape)."] if plain else []
     if not divergences:
-        return ["", "Every output equals the naive loop's token for token."]
+        others = " of the other methods" if plain else ""
+        return ["", f"Every output{others} equals the naive loop's token for token.", *plain_lines]
     lines = ["", f"Divergences from the naive loop: {len(divergences)}.", ""]
     for d in divergences[:10]:
         lines.append(f"- {json.dumps(d, sort_keys=True)}")
-    return lines
+    return lines + plain_lines
 
 
 def dytc_lines(method: str, learned: dict[str, Any]) -> list[str]:
@@ -314,6 +331,115 @@ def gpu_forward_section(record: dict[str, Any]) -> list[str]:
     return lines[:-1] if lines else lines
 
 
+def busy_machine_section(record: dict[str, Any]) -> list[str]:
+    """``benchmarks/busy_machine.py``'s record: speed per condition under each thread setting,
+    CAS-Spec's speedup per condition, the policy's quiet cost, its switches, token equality."""
+    settings, rates = record["settings"], record["rates"]
+    by = {(r["setting"], r["method"], r["condition"]): r for r in rates}
+    conditions = list(dict.fromkeys(r["condition"] for r in rates))
+    rows = list(dict.fromkeys((r["setting"], r["method"]) for r in rates))
+    lines = [
+        f"Settings: {settings['max_new_tokens']} new tokens per decode (greedy, one chat "
+        f"prompt), {settings['repeats']} repeat(s), each cell a fresh process, conditions in "
+        f"turn; `competitor-mid` starts the busy loop {num(settings['mid_run_fraction'], 2)} of "
+        "the quiet decode time into the timed decode. Every ratio is the median over repeats of "
+        "the ratio within one repeat.",
+        "",
+        "Tokens per second, median over repeats (over the quiet figure):",
+        "",
+    ]
+
+    def rate(s: str, m: str, c: str) -> str:
+        r = by.get((s, m, c))
+        if r is None:
+            return ""
+        shown = num(r["tokens_per_s"], 1)
+        return shown if c == "quiet" else f"{shown} ({num(r['over_quiet'])})"
+
+    lines += table(
+        ["setting", "method", *conditions],
+        [[f"`{s}`", f"`{m}`", *(rate(s, m, c) for c in conditions)] for s, m in rows],
+    )
+    speedups = record.get("speedups") or []
+    if speedups:
+        sp = {(r["setting"], r["condition"]): r for r in speedups}
+        lines += ["", "CAS-Spec over the naive loop (over the quiet speedup):", ""]
+        lines += table(
+            ["setting", *conditions],
+            [
+                [f"`{s}`"] + [_busy_speedup(sp.get((s, c)), c) for c in conditions]
+                for s in dict.fromkeys(r["setting"] for r in speedups)
+            ],
+        )
+    return lines + _busy_cost_lines(record) + _busy_switch_lines(record)
+
+
+def _busy_speedup(r: dict[str, Any] | None, condition: str) -> str:
+    if r is None:
+        return ""
+    if condition == "quiet":
+        return num(r["speedup"])
+    return f"{num(r['speedup'])} ({num(r['over_quiet_speedup'])})"
+
+
+def _busy_cost_lines(record: dict[str, Any]) -> list[str]:
+    """The quiet cost of the policy: quiet tokens per second of one setting over another's."""
+    cost = record.get("quiet_cost") or []
+    if not cost:
+        return []
+    pairs = [k for k in cost[0] if k != "method"]
+    lines = ["", "Quiet, one setting's tokens per second over another's:", ""]
+    header = [k.replace("_over_", " / ").replace("_", " ") for k in pairs]
+    return lines + table(
+        ["method", *header], [[f"`{c['method']}`", *(num(c[k]) for k in pairs)] for c in cost]
+    )
+
+
+def _busy_switch_lines(record: dict[str, Any]) -> list[str]:
+    """Whether the policy switched its count during the timed decodes; token equality; errors."""
+    policy = [r for r in record["rates"] if r["setting"] == "policy"]
+    cells = record.get("cells") or []
+    lines = []
+    if policy:
+        most: dict[tuple[str, str], float] = {}
+        for c in cells:
+            if c["setting"] == "policy" and c.get("most_others_seen") is not None:
+                key = (c["method"], c["condition"])
+                most[key] = max(most.get(key, 0.0), c["most_others_seen"])
+        lines += ["", "The policy's thread count during the timed decodes:", ""]
+        lines += table(
+            ["method", "condition", "switching allowed", "switched mid-run", "most other cores"],
+            [
+                [
+                    f"`{r['method']}`",
+                    f"`{r['condition']}`",
+                    num(r["switching"]),
+                    f"{r['switched_cells']} of {r['repeats']}",
+                    num(most.get((r["method"], r["condition"])), 2),
+                ]
+                for r in policy
+            ],
+        )
+        notes = sorted({c["switching_note"] for c in cells if c["setting"] == "policy"} - {None})
+        lines += ["", *(f"Switching: {note}." for note in notes)] if notes else []
+    differences = record.get("differences") or []
+    if not differences:
+        lines += ["", "Every generation equals the quiet naive loop's token for token."]
+    else:
+        count = len(differences)
+        lines += ["", f"Generations that differ from the quiet naive loop's: {count}.", ""]
+        lines += [f"- {_busy_cell(d)}: first at token {d['first_difference']}" for d in differences]
+    failed = [c for c in cells if c.get("error")]
+    if failed:
+        lines += ["", f"Failed cells: {len(failed)}.", ""]
+        lines += [f"- {_busy_cell(c)}: {c['error']}" for c in failed]
+    return lines
+
+
+def _busy_cell(c: dict[str, Any]) -> str:
+    return f"repeat {c['repeat']}, `{c['setting']}`, `{c['method']}`, `{c['condition']}`"
+
+
 def generic_section(record: dict[str, Any]) -> list[str]:
     """A record of no known shape: every scalar it holds, by its path in the JSON."""
     flat = [(path, value) for path, value in _scalars(record) if not path.startswith("environment")]
@@ -344,6 +470,8 @@ def section(name: str, record: dict[str, Any]) -> list[str]:
         body = dsia_section(record)
     elif any(isinstance(v, dict) and "gpu_ms" in v for v in record.values()):
         body = gpu_forward_section(record)
+    elif record.get("benchmark") == "busy_machine" and "rates" in record:
+        body = busy_machine_section(record)
     else:
         body = generic_section(record)
     title = TITLES.get(name, name.replace("_", " "))
@@ -362,7 +490,9 @@ over the same mean for the naive loop) with its 95% bootstrap interval over the 
 *decode* leaves each turn's prompt forward and first token out for both methods; *total* is
 total tokens over total time; *MAT* is the mean tokens per target forward, bonus token included;
 *tok/s* is the mean over questions; *= naive loop* says whether every greedy output equals the
-naive loop's token for token (sampled runs are not compared token for token).
+naive loop's token for token (sampled runs are not compared token for token); *base* is the
+naive loop a speedup is taken against: of `ar` and `ar-plain`, the faster one whose outputs the
+method equals (`ar` for sampled runs, and for a method that equals neither).
 """
 
 

@@ -10,6 +10,9 @@
 #    fails first.
 # 4. The bias grows when q puts a lot of mass on the first child and p disagrees with q on the
 #    others.
+# 5. The count moves where the library changes its kernel or blocking with the row count
+#    (docs/floating_point.md's table lists such changes for one CPU): a property of the machine
+#    and its libraries, not of the model.
 
 # %% exercise: mask
 def my_attention_mask(parents, base):
@@ -75,3 +78,23 @@ law_three = acc1 + rej1 * (acc2 + rej2 * (acc3 + rej3 * r3))
 acc3, rej3, r3 = test_child(r2, q3)
 p_all_rejected = rej3
 law_three = acc1 + rej1 * (acc2 + rej2 * (acc3 + rej3 * r3))
+
+# %% exercise: rows
+def rows_that_differ(forward, x):
+    together = forward(x)  # all T rows in one forward
+    return [i for i in range(len(x)) if not torch.equal(together[i], forward(x[i : i + 1])[0])]
+
+# %% wrong: rows: torch.allclose instead of torch.equal (a rounding difference passes as equal)
+def rows_that_differ(forward, x):
+    together = forward(x)
+    return [i for i in range(len(x)) if not torch.allclose(together[i], forward(x[i : i + 1])[0])]
+
+# %% wrong: rows: row 0 alone compared
+def rows_that_differ(forward, x):
+    together = forward(x)
+    return [] if torch.equal(together[0], forward(x[:1])[0]) else [0]
+
+# %% wrong: rows: the T-row forward compared with itself
+def rows_that_differ(forward, x):
+    together, again = forward(x), forward(x)
+    return [i for i in range(len(x)) if not torch.equal(together[i], again[i])]

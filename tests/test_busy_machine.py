@@ -1,0 +1,142 @@
+"""benchmarks/busy_machine.py's bookkeeping, on made-up cells: nothing here runs or times a decode.
+
+The order of a repeat's cells, the comparison of every generation with the quiet naive loop's,
+and the figures of the record (medians, ratios within a repeat, the quiet cost) are checked
+exactly; the processes the script starts are not run.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+import casspec_ref
+
+SCRIPT = Path(casspec_ref.__file__).parent.parent / "benchmarks" / "busy_machine.py"
+
+
+@pytest.fixture(scope="module")
+def busy() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("busy_machine", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def cell(busy: ModuleType, key: tuple[int, str, str, str], rate: float | None, **t: Any) -> dict:
+    child: dict[str, Any] = {"tokens_per_s": rate, "seconds": None if rate is None else 8 / rate}
+    child["threads"] = {"switching": t.get("switching", False), "threads": 2}
+    child["switches_in_decode"] = t.get("switches", 0)
+    child["tokens"] = None if rate is None else [1] * 8
+    return busy.cell_record(key, child if rate is not None else {"error": "failed"}, None)
+
+
+def test_a_repeat_runs_quiet_first_and_one_thread_only_quiet(busy: ModuleType) -> None:
+    cells = busy.plan(["policy", "one-thread"], ["ar", "cas-spec"], ["competitor-mid", "quiet"])
+    assert cells == [
+        ("policy", "ar", "quiet"),
+        ("policy", "cas-spec", "quiet"),
+        ("one-thread", "ar", "quiet"),
+        ("one-thread", "cas-spec", "quiet"),
+        ("policy", "ar", "competitor-mid"),
+        ("policy", "cas-spec", "competitor-mid"),
+    ]
+
+
+def test_every_generation_is_compared_with_the_quiet_naive_loops(busy: ModuleType) -> None:
+    keys = [
+        (0, "inherited", "ar", "quiet"),
+        (1, "policy", "ar", "quiet"),
+        (0, "policy", "ar", "quiet"),
+        (0, "policy", "cas-spec", "decoder"),
+        (0, "policy", "hf", "quiet"),
+        (0, "inherited", "cas-spec", "quiet"),
+    ]
+    cells = [cell(busy, k, 10.0) for k in keys]
+    cells[5] = cell(busy, keys[5], None)  # a failed cell is not compared
+    tokens = [[1, 2, 3], [1, 2, 3], [1, 2, 3], [1, 2, 4], [1, 2], None]
+    reference, differences = busy.compare_tokens(cells, tokens, ["policy", "inherited"])
+    assert reference == {"setting": "policy", "repeat": 0, "tokens": [1, 2, 3]}
+    assert [c["equal_to_quiet_ar"] for c in cells] == [True, True, True, False, False, None]
+    assert [c["first_difference"] for c in cells] == [None, None, None, 2, 2, None]
+    assert [(d["method"], d["tokens"]) for d in differences] == [
+        ("cas-spec", [1, 2, 4]),
+        ("hf", [1, 2]),
+    ]
+    assert busy.compare_tokens(cells[3:4], tokens[3:4], ["policy"]) == (None, [])
+
+
+def test_the_figures_are_medians_of_ratios_within_a_repeat(busy: ModuleType) -> None:
+    rates = {  # (setting, method, condition): tokens per second in repeats 0, 1, 2
+        ("policy", "ar", "quiet"): (20.0, 10.0, 30.0),
+        ("policy", "cas-spec", "quiet"): (30.0, 12.0, None),
+        ("policy", "ar", "competitor"): (10.0, 8.0, 15.0),
+        ("policy", "cas-spec", "competitor"): (20.0, 4.0, 30.0),
+        ("inherited", "ar", "quiet"): (25.0, 10.0, 20.0),
+        ("one-thread", "ar", "quiet"): (10.0, 5.0, 20.0),
+    }
+    cells = [
+        cell(busy, (rep, *key), by_repeat[rep], switching=True, switches=int(key[2] != "quiet"))
+        for rep in range(3)
+        for key, by_repeat in rates.items()
+    ]
+    out = busy.summarize(cells, repeats=3)
+    row = {(r["setting"], r["method"], r["condition"]): r for r in out["rates"]}
+    assert row["policy", "ar", "quiet"]["tokens_per_s"] == 20.0
+    assert row["policy", "ar", "quiet"]["over_quiet"] is None
+    assert row["policy", "ar", "competitor"]["over_quiet"] == 0.5  # of 0.5, 0.8, 0.5
+    assert row["policy", "cas-spec", "quiet"]["repeats"] == 2  # one cell failed
+    assert row["policy", "cas-spec", "competitor"]["switched_cells"] == 3
+    assert row["policy", "cas-spec", "competitor"]["switching"] is True
+    speedup = {r["condition"]: r for r in out["speedups"] if r["setting"] == "policy"}
+    assert speedup["quiet"]["speedup"] == 1.35  # of 1.5, 1.2 (repeat 2 failed)
+    assert speedup["competitor"]["speedup"] == 2.0  # of 2.0, 0.5, 2.0
+    # Over the quiet speedup within each repeat: 2.0 / 1.5, 0.5 / 1.2 (repeat 2: no quiet).
+    assert speedup["competitor"]["over_quiet_speedup"] == round((4 / 3 + 5 / 12) / 2, 4)
+    cost = {c["method"]: c for c in out["quiet_cost"]}
+    assert cost["ar"] == {
+        "method": "ar",
+        "policy_over_inherited": 1.0,  # of 0.8, 1.0, 1.5
+        "policy_over_one_thread": 2.0,  # of 2.0, 2.0, 1.5
+        "inherited_over_one_thread": 2.0,  # of 2.5, 2.0, 1.0
+    }
+    assert cost["cas-spec"]["policy_over_inherited"] is None  # no inherited cell to compare
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--conditions", "quiet,storm"], "--conditions=quiet,storm: allowed are quiet, "),
+        (["--conditions", "competitor"], "must include quiet"),
+        (["--methods", "ar,beam"], "--methods=ar,beam: allowed are ar, cas-spec, hf"),
+        (["--repeats", "0"], "must be >= 1"),
+        (["--mid-run-fraction", "1.5"], "must be in [0, 1)"),
+    ],
+)
+def test_bad_arguments_say_what_is_allowed(
+    busy: ModuleType, argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        busy.parse_args(argv)
+    assert message in capsys.readouterr().err
+
+
+def test_the_defaults_measure_long_decodes_under_every_condition(busy: ModuleType) -> None:
+    args = busy.parse_args([])
+    assert (args.max_new_tokens, args.repeats) == (128, 3)
+    assert args.conditions == ["quiet", "competitor", "decoder", "competitor-mid"]
+    assert args.settings == ["policy", "inherited", "one-thread"]
+
+
+def test_a_mid_run_cell_says_whether_its_competitor_met_the_decode(busy: ModuleType) -> None:
+    key = (0, "policy", "ar", "competitor-mid")
+    child = {"tokens_per_s": 4.0, "seconds": 2.0, "tokens": [1] * 8}
+    assert busy.cell_record(key, child, 0.5)["competitor_in_decode"] is True
+    assert busy.cell_record(key, child, 2.5)["competitor_in_decode"] is False  # after its end
+    assert busy.cell_record(key, {"error": "failed"}, 0.5)["competitor_in_decode"] is None
+    assert busy.cell_record(key[:3] + ("quiet",), child, None)["competitor_in_decode"] is None
