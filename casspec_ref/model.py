@@ -83,6 +83,31 @@ def attention(
     return out[..., :n_queries, :]  # (B, H, N, Dh)
 
 
+def visible_keys_first(mask: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """For a mask ``(T, S)``: each row's key indices, its visible keys first in sequence order
+    (``order (T, S)``), and the bias over that order: 0 on the row's visible keys, -inf after."""
+    order = torch.sort((~mask).to(torch.uint8), dim=-1, stable=True).indices  # (T, S)
+    hidden = ~torch.gather(mask, 1, order)  # (T, S): False first, then True
+    return order, torch.zeros(order.shape, dtype=dtype, device=mask.device).masked_fill_(
+        hidden, float("-inf")
+    )
+
+
+def gathered_attention(q: Tensor, k: Tensor, v: Tensor, order: Tensor, bias: Tensor) -> Tensor:
+    """The shape-invariant attention of a tree's rows. ``q (B, H, G*T, Dh)`` (query head ``g``
+    of token ``i`` at row ``g*T + i``), ``k, v (B, H, S, Dh)``; ``order, bias (T, S)`` from
+    `visible_keys_first`. Each token attends over its own copy of its visible keys, gathered in
+    sequence order: the keys the naive loop's cache holds for that token, in the same places, so
+    every sum over keys adds the same terms in the same order as there (`attention`)."""
+    n_batch, heads, rows, head_dim = q.shape
+    tokens = order.shape[0]
+    group = rows // tokens
+    q = q.view(n_batch, heads, group, tokens, head_dim).transpose(2, 3)  # (B, H, T, G, Dh)
+    k, v = k[:, :, order], v[:, :, order]  # (B, H, T, S, Dh): each token's keys
+    out = attention(q, k, v, bias.unsqueeze(1).expand(tokens, group, -1))  # (B, H, T, G, Dh)
+    return out.transpose(2, 3).reshape(n_batch, heads, rows, head_dim)  # (B, H, G*T, Dh)
+
+
 def rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """Rotary embedding, HF's "rotate half" form: ``x cos + (-x2, x1) sin``, ``x = (x1, x2)``.
     The sign lives in the table (`_tables`): ``(-x2, x1) sin = (x2, x1) (-sin1, sin2)``, a roll."""
@@ -217,13 +242,20 @@ class Transformer(nn.Module):
             cos, sin = cos[positions].unsqueeze(1), sin[positions].unsqueeze(1)
         else:  # GPT-2 adds learned positions
             x = x + w["pos_emb.weight"][positions]
-        bias = self._attention_bias(attn_mask, n_new, past, dtype, tokens.device)  # (G*T, S)
+        # A tree's rows in the shape-invariant form: each token attends over its own keys, in
+        # sequence order (`gathered_attention`); otherwise one bias for all rows, (G*T, S).
+        order: Tensor | None = None
+        bias: Tensor | None
+        if exact and attn_mask is not None:
+            order, bias = visible_keys_first(attn_mask, dtype)  # (T, S) each
+        else:
+            bias = self._attention_bias(attn_mask, n_new, past, dtype, tokens.device)
 
         for i in range(n_run):
             p = f"layers.{i}."
             if i not in skip_attention:
                 h = self._norm(x, w, p + "attn_norm")
-                x = x + self._attention(h, w, p, i, plan, exact, cache, bias, cos, sin)
+                x = x + self._attention(h, w, p, i, plan, exact, cache, (bias, order), cos, sin)
             if i not in skip_mlp:
                 h = self._norm(x, w, p + "mlp_norm")
                 x = x + self._mlp(h, w, p, i, plan, exact)
@@ -265,12 +297,13 @@ class Transformer(nn.Module):
         plan: ExecutionPlan,
         exact: bool,
         cache: KVCache | None,
-        bias: Tensor | None,
+        keys: tuple[Tensor | None, Tensor | None],
         cos: Tensor,
         sin: Tensor,
     ) -> Tensor:
         """Grouped-query attention of block ``layer``: the G query heads that share a KV head
-        are folded into the query axis, so K/V are read from the cache in place."""
+        are folded into the query axis, so K/V are read from the cache in place. ``keys``: the
+        bias and, for a tree's rows in the shape-invariant form, the keys' order (`forward`)."""
         c = self.config
         n_batch, n_new, _ = h.shape
 
@@ -289,7 +322,11 @@ class Transformer(nn.Module):
             if k.dtype != q.dtype:  # a draft in another precision reads the target's cache
                 k, v = k.to(q.dtype), v.to(q.dtype)
         q = q.reshape(n_batch, c.n_kv_heads, -1, c.head_dim)  # (B, Hkv, G*T, Dh)
-        out = attention(q, k, v, bias, exact)  # (B, Hkv, G*T, Dh)
+        bias, order = keys
+        if order is not None and bias is not None:
+            out = gathered_attention(q, k, v, order, bias)  # (B, Hkv, G*T, Dh)
+        else:
+            out = attention(q, k, v, bias, exact)  # (B, Hkv, G*T, Dh)
         out = out.reshape(n_batch, c.n_heads, n_new, c.head_dim)  # (B, H, T, Dh)
         out = out.transpose(1, 2).reshape(n_batch, n_new, c.d_model)  # (B, T, D)
         return project(out, "o")

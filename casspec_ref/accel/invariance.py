@@ -27,6 +27,7 @@ from functools import partial
 import torch
 
 from casspec_ref.base.kernels import Form, apply_form, base_forms
+from casspec_ref.model import attention, gathered_attention, visible_keys_first
 
 #: The window sizes checked: the naive loop's one row, every tree size up to 8, and a few up to
 #: 32 (a verify forward's rows; larger forwards are prompts, which both loops run alike).
@@ -94,46 +95,59 @@ def ranked_forms(dtype: torch.dtype, timings_us: dict[str, float] | None = None)
     return sorted(forms, key=lambda f: timings.get(str(f), float("inf")))
 
 
-def attention_agrees(
-    attention: Callable[..., torch.Tensor], dtype: torch.dtype, levels: Iterable[int]
-) -> bool:
-    """Whether ``attention(q, k, v, bias)`` gives each new token's output the same bits alone
-    (its own keys, no mask: the naive loop) as among a causal block of new tokens, for the
+def attention_agrees(dtype: torch.dtype, levels: Iterable[int]) -> bool:
+    """Whether the model's shape-invariant attention gives each new token's output the same bits
+    alone (its own keys in sequence order, no mask: the naive loop) as among a block of new
+    tokens: a causal block (`attention`) and a random token tree (`gathered_attention`), for the
     sizes of `ATTENTION_TOKENS` x `ATTENTION_PAST` x `ATTENTION_GROUPS`, at every thread count."""
     gen = torch.Generator().manual_seed(0)
     levels = sorted(set(levels))
     cases = [
-        _attention_case(dtype, group, tokens, past, gen)
+        _attention_case(dtype, group, tokens, past, tree, gen)
         for group in ATTENTION_GROUPS
         for tokens in ATTENTION_TOKENS
         for past in ATTENTION_PAST
+        for tree in (False, True)
     ]
     with threads_at(levels[0]):
-        wholes = [attention(q, k, v, bias) for q, k, v, bias, _ in cases]  # (1, 1, G*T, Dh)
+        wholes = [whole() for _, _, _, whole, _ in cases]  # (1, 1, G*T, Dh)
     for n in levels:
         with threads_at(n):
-            for (q, k, v, _, rows_of_token), whole in zip(cases, wholes, strict=True):
-                for i, rows in enumerate(rows_of_token):
-                    keys = k.shape[-2] - len(rows_of_token) + i + 1  # the past and tokens 0..i
-                    alone = attention(q[:, :, rows], k[:, :, :keys], v[:, :, :keys], None)
+            for (q, k, v, _, keys_of_token), whole in zip(cases, wholes, strict=True):
+                tokens = len(keys_of_token)
+                for i, keys in enumerate(keys_of_token):
+                    rows = list(range(i, q.shape[-2], tokens))  # token i's query heads
+                    alone = attention(q[:, :, rows], k[:, :, keys], v[:, :, keys], None)
                     if not torch.equal(alone, whole[:, :, rows]):
                         return False
     return True
 
 
 def _attention_case(
-    dtype: torch.dtype, group: int, tokens: int, past: int, gen: torch.Generator
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[list[int]]]:
-    """Random q ``(1, 1, G*T, Dh)``, k and v ``(1, 1, past + T, Dh)``, the causal bias
-    ``(G*T, past + T)`` and, per new token, its G query rows (query heads are folded in)."""
+    dtype: torch.dtype, group: int, tokens: int, past: int, tree: bool, gen: torch.Generator
+) -> tuple[
+    torch.Tensor, torch.Tensor, torch.Tensor, Callable[[], torch.Tensor], list[torch.Tensor]
+]:
+    """Random q ``(1, 1, G*T, Dh)`` (query head g of token i at row g*T + i), k and v
+    ``(1, 1, past + T, Dh)``; the block's attention as the model runs it (causal, or a random
+    tree: each token sees the past, its ancestors and itself); each token's keys, in order."""
     q, k, v = (
         torch.randn(1, 1, n, HEAD_DIM, generator=gen).to(dtype)
         for n in (group * tokens, past + tokens, past + tokens)
     )
-    allowed = torch.ones(tokens, past + tokens, dtype=torch.bool).tril(past)
-    bias = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, -torch.inf)
-    rows = [[g * tokens + i for g in range(group)] for i in range(tokens)]
-    return q, k, v, bias.repeat(group, 1), rows
+    mask = torch.ones(tokens, past + tokens, dtype=torch.bool).tril(past)  # causal
+    if tree:
+        mask[:, past:] = torch.eye(tokens, dtype=torch.bool)
+        for i in range(1, tokens):
+            parent = int(torch.randint(-1, i, (1,), generator=gen))
+            if parent >= 0:
+                mask[i, past:] |= mask[parent, past:]
+    keys = [row.nonzero().flatten() for row in mask]
+    if tree:
+        order, bias = visible_keys_first(mask, dtype)
+        return q, k, v, lambda: gathered_attention(q, k, v, order, bias), keys
+    causal = torch.zeros(mask.shape, dtype=dtype).masked_fill(~mask, -torch.inf)
+    return q, k, v, lambda: attention(q, k, v, causal.repeat(group, 1)), keys
 
 
 @dataclass

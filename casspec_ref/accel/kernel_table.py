@@ -618,8 +618,6 @@ def check_invariance(
     """Each shape's invariant form (cheapest first by ``table``'s one-row timings) and the
     attention's check, installed in the active table and kept in `invariance.REPORTS`; each
     shape and dtype is checked once per process."""
-    from casspec_ref.model import attention
-
     timings = {} if table is None else table.timings_us
     report = invariance.Report(dtype, levels)
     for o, i in sorted(wanted):
@@ -632,7 +630,7 @@ def check_invariance(
         if form is not None:
             active_table().invariant[(o, i, dtype)] = form
     if (dtype, levels) not in _ATTENTION:
-        _ATTENTION[(dtype, levels)] = invariance.attention_agrees(attention, dtype, levels)
+        _ATTENTION[(dtype, levels)] = invariance.attention_agrees(dtype, levels)
     report.attention = _ATTENTION[(dtype, levels)]
     invariance.REPORTS[dtype] = report
     return report

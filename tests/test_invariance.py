@@ -1,0 +1,80 @@
+"""The machine check of shape invariance (`casspec_ref.accel.invariance`): it must say no when a
+form or the attention rounds a row by its forward's shape, and yes when they do not.
+
+The forms here are made row-count dependent on purpose (an explicit rounding, the same on every
+machine), so each verdict is fixed: nothing depends on which BLAS this machine has.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from casspec_ref.accel import invariance
+from casspec_ref.base.kernels import Form
+
+
+def _count_dependent(x: torch.Tensor) -> torch.Tensor:
+    """Row-wise sums whose order depends on the number of rows: left to right for one row,
+    right to left for more (float32: the two orders round differently on most rows)."""
+    cols = x.unbind(-1)
+    order = cols if len(x) == 1 else cols[::-1]
+    out = torch.zeros(len(x), dtype=x.dtype)
+    for col in order:
+        out = out + col
+    return out
+
+
+def test_rows_agree_says_no_to_a_row_count_dependent_sum_and_yes_to_a_row_wise_one() -> None:
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(invariance.FULL_ROWS, 40, generator=gen)
+    assert not invariance.rows_agree(_count_dependent, x, (1,), gen)
+    assert invariance.rows_agree(lambda rows: 2 * rows, x, (1,), gen)
+
+
+def test_invariant_form_returns_the_first_form_that_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``linear`` made to round by row count, ``wxt`` row-wise: the check skips the first; with
+    every form made to round by row count it finds none."""
+
+    def fake(form: Form, rows: torch.Tensor, weight: torch.Tensor, bias: None) -> torch.Tensor:
+        return _count_dependent(rows) if form.base == "linear" else 2 * rows
+
+    monkeypatch.setattr(invariance, "apply_form", fake)
+    ranked = [Form("linear"), Form("wxt")]
+    assert invariance.invariant_form((8, 16), torch.float32, (1,), ranked) == Form("wxt")
+    assert invariance.invariant_form((8, 16), torch.float32, (1,), ranked[:1]) is None
+
+
+def test_ranked_forms_puts_the_cheapest_timed_form_first() -> None:
+    ranked = invariance.ranked_forms(torch.float32, {"wxt": 5.0, "split": 2.0, "wxt@2": 1.0})
+    assert [str(f) for f in ranked[:2]] == ["split", "wxt"]
+    assert all(f.pad_to == 0 for f in ranked)  # base forms only: one form for every row count
+
+
+def test_attention_agrees_and_says_no_to_an_attention_that_rounds_by_rows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The model's shape-invariant attention passes (causal blocks and token trees, float32 and
+    bfloat16); an attention that perturbs its output when it runs more than four query rows
+    (as a kernel chosen by shape would) fails, alone or behind the tree path."""
+    assert invariance.attention_agrees(torch.float32, (1,))
+    assert invariance.attention_agrees(torch.bfloat16, (1,))
+    real = invariance.attention
+
+    def by_rows(q, k, v, bias, shape_invariant=True):  # type: ignore[no-untyped-def]
+        out = real(q, k, v, bias, shape_invariant)
+        return out * (1 + 2**-10) if q.shape[-2] * q.shape[:-2].numel() > 4 else out
+
+    monkeypatch.setattr(invariance, "attention", by_rows)
+    assert not invariance.attention_agrees(torch.float32, (1,))
+
+
+def test_the_report_says_what_is_missing() -> None:
+    report = invariance.Report(torch.float32, (1, 2), {(8, 16): Form("wxt"), (4, 8): None}, True)
+    assert not report.complete and report.gaps == "no invariant product form for 4x8"
+    report.forms[(4, 8)] = Form("packed")
+    report.attention = False
+    assert not report.complete and report.gaps == "attention rounds by shape"
+    report.attention = True
+    assert report.complete and report.gaps == ""
+    assert report.as_dict()["forms"] == {"8x16": "wxt", "4x8": "packed"}
