@@ -843,7 +843,7 @@ def environment(device: str, dtype: str, command: str = "") -> dict[str, Any]:
     """What a reader needs to reproduce the figures: the command, machine, software, commit."""
     import torch
 
-    from casspec_ref.accel import threads
+    from casspec_ref.accel import invariance, threads
 
     commit = git_commit()
     name = torch.cuda.get_device_name() if device.startswith("cuda") else platform.processor()
@@ -856,6 +856,7 @@ def environment(device: str, dtype: str, command: str = "") -> dict[str, Any]:
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "thread_policy": threads.apply().as_dict(),
+        "shape_invariance": invariance.reports(),
         "python": platform.python_version(),
         "platform": platform.platform(),
         "git_commit": commit,

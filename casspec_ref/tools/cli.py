@@ -171,7 +171,7 @@ def _generate(args: argparse.Namespace) -> int:
     if device_problem:
         return _fail(device_problem)
 
-    from casspec_ref.accel import threads
+    from casspec_ref.accel import invariance, threads
     from casspec_ref.base.input_checks import validate_sampling
     from casspec_ref.generate import generate_ar
     from casspec_ref.io.weights import load_model
@@ -259,6 +259,7 @@ def _generate(args: argparse.Namespace) -> int:
             "timing": {**result.timing, "wall_s": wall, "tokens_per_s": tokens_per_s},
             "stats": stats,
             "threads": threads.apply().as_dict(),
+            "shape_invariance": invariance.reports(),
         }
         print(json.dumps(out, default=float))
         return 0
