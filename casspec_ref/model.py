@@ -7,6 +7,8 @@ and all its virtual drafts are one object with one set of weights (docs/design.m
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -46,9 +48,10 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
 #: a product's kernel, and with it the order of its sums, changes with the reduction length, so
 #: every product runs at one of a few lengths (docs/floating_point.md)...
 KEY_BLOCK = 64
-#: ... and the query rows to at least this many: a BLAS product of one to a few rows takes a
-#: matrix-vector or small-matrix kernel that sums in another order than the many-row one.
-MIN_QUERY_ROWS = 4
+#: ... and the query rows to a multiple of this many: a BLAS product of one to a few rows takes
+#: a matrix-vector or small-matrix kernel that sums in another order than the many-row one, and
+#: the rows left over after the kernel's row blocks are summed in yet another.
+QUERY_BLOCK = 4
 
 
 def attention(
@@ -59,14 +62,15 @@ def attention(
     With ``shape_invariant=False``: `F.scaled_dot_product_attention`, the fused kernel, whose
     summation order depends on N. Otherwise Hugging Face's eager form (two products in the
     compute dtype, a softmax in at least float32) over keys padded to a multiple of `KEY_BLOCK`
-    and at least `MIN_QUERY_ROWS` query rows, so a row's output is the same bits whether it is
-    computed alone (the naive loop) or among a verify forward's rows: checked on each machine
-    (`casspec_ref.accel.invariance`) and tested (docs/floating_point.md).
+    and query rows padded to a multiple of `QUERY_BLOCK`, summing the keys block by block, so a
+    row's output is the same bits whether it is computed alone (the naive loop) or among a
+    verify forward's rows: checked on each machine (`casspec_ref.accel.invariance`) and tested
+    (docs/floating_point.md).
     """
     if not shape_invariant:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
     n_queries, n_keys = q.shape[-2], k.shape[-2]
-    pad_q, pad_k = max(0, MIN_QUERY_ROWS - n_queries), -n_keys % KEY_BLOCK
+    pad_q, pad_k = -n_queries % QUERY_BLOCK, -n_keys % KEY_BLOCK
     bias = q.new_zeros(n_queries, n_keys) if bias is None else bias  # (N, S)
     q = F.pad(q, (0, 0, 0, pad_q))  # (B, H, N', Dh): zero rows, dropped below
     k, v = F.pad(k, (0, 0, 0, pad_k)), F.pad(v, (0, 0, 0, pad_k))  # (B, H, S', Dh)
@@ -83,29 +87,66 @@ def attention(
     return out[..., :n_queries, :]  # (B, H, N, Dh)
 
 
-def visible_keys_first(mask: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-    """For a mask ``(T, S)``: each row's key indices, its visible keys first in sequence order
-    (``order (T, S)``), and the bias over that order: 0 on the row's visible keys, -inf after."""
+class TreeKeys(NamedTuple):
+    """Where each token of a tree forward finds its keys (`visible_keys_first`)."""
+
+    order: Tensor  # (T, S): each token's visible keys first, in sequence order, then the rest
+    bias: Tensor  # (T, S): 0 on each token's visible keys in that order, -inf after
+    shared: int  # leading keys in the same place for every token: whole KEY_BLOCK blocks
+
+
+def visible_keys_first(mask: Tensor, dtype: torch.dtype) -> TreeKeys:
+    """The `TreeKeys` of a mask ``(T, S)`` (one host sync: the shared prefix's length)."""
     order = torch.sort((~mask).to(torch.uint8), dim=-1, stable=True).indices  # (T, S)
     hidden = ~torch.gather(mask, 1, order)  # (T, S): False first, then True
-    return order, torch.zeros(order.shape, dtype=dtype, device=mask.device).masked_fill_(
-        hidden, float("-inf")
+    bias = torch.zeros(order.shape, dtype=dtype, device=mask.device).masked_fill_(
+        hidden, -torch.inf
     )
+    common = int(mask.all(0).to(torch.int64).cumprod(0).sum())  # keys every token sees, from 0
+    return TreeKeys(order, bias, common // KEY_BLOCK * KEY_BLOCK)
 
 
-def gathered_attention(q: Tensor, k: Tensor, v: Tensor, order: Tensor, bias: Tensor) -> Tensor:
-    """The shape-invariant attention of a tree's rows. ``q (B, H, G*T, Dh)`` (query head ``g``
-    of token ``i`` at row ``g*T + i``), ``k, v (B, H, S, Dh)``; ``order, bias (T, S)`` from
-    `visible_keys_first`. Each token attends over its own copy of its visible keys, gathered in
-    sequence order: the keys the naive loop's cache holds for that token, in the same places, so
-    every sum over keys adds the same terms in the same order as there (`attention`)."""
+def gathered_attention(q: Tensor, k: Tensor, v: Tensor, tree: TreeKeys) -> Tensor:
+    """The shape-invariant attention of a tree's rows: `attention` as each token would run it
+    alone over its visible keys in sequence order (the keys the naive loop's cache holds for it,
+    in the same places), so every sum adds the same terms in the same order as there.
+
+    ``q (B, H, G*T, Dh)`` (query head ``g`` of token ``i`` at row ``g*T + i``), ``k, v (B, H, S,
+    Dh)``. A score is one dot product over Dh, wherever its key sits: all scores are computed at
+    once, then gathered into each token's key order. The sum over keys runs block by block as in
+    `attention`: a block of the shared context holds the same keys for every token (one product
+    over all rows); a later block is gathered per token (one product per token's G rows).
+    """
     n_batch, heads, rows, head_dim = q.shape
-    tokens = order.shape[0]
-    group = rows // tokens
-    q = q.view(n_batch, heads, group, tokens, head_dim).transpose(2, 3)  # (B, H, T, G, Dh)
-    k, v = k[:, :, order], v[:, :, order]  # (B, H, T, S, Dh): each token's keys
-    out = attention(q, k, v, bias.unsqueeze(1).expand(tokens, group, -1))  # (B, H, T, G, Dh)
-    return out.transpose(2, 3).reshape(n_batch, heads, rows, head_dim)  # (B, H, G*T, Dh)
+    tokens = tree.order.shape[0]
+    group, pad_k = rows // tokens, -k.shape[-2] % KEY_BLOCK
+    k, v = F.pad(k, (0, 0, 0, pad_k)), F.pad(v, (0, 0, 0, pad_k))  # (B, H, S', Dh)
+    order = F.pad(tree.order, (0, pad_k)).repeat(group, 1)  # (G*T, S'); a padding key: 0
+    bias = F.pad(tree.bias, (0, pad_k), value=-torch.inf).repeat(group, 1)  # (G*T, S')
+    scores = _padded_rows(q) @ k.transpose(-1, -2)  # (B, H, G*T padded, S')
+    scores = scores[..., :rows, :] * head_dim**-0.5  # (B, H, G*T, S'), in key order
+    scores = scores.gather(-1, order.expand(n_batch, heads, -1, -1)) + bias  # each token's order
+    softmax_dtype = torch.promote_types(q.dtype, torch.float32)
+    weights = torch.softmax(scores, dim=-1, dtype=softmax_dtype).to(q.dtype)  # (B, H, G*T, S')
+    out = None
+    for start in range(0, k.shape[-2], KEY_BLOCK):
+        block = weights[..., start : start + KEY_BLOCK]  # (B, H, G*T, KB)
+        if start < tree.shared:  # the same keys for every token
+            part = (_padded_rows(block) @ v[..., start : start + KEY_BLOCK, :])[..., :rows, :]
+        else:  # each token's own keys, its G rows against them
+            own = v[:, :, order[:tokens, start : start + KEY_BLOCK]]  # (B, H, T, KB, Dh)
+            per_token = block.view(n_batch, heads, group, tokens, -1).transpose(2, 3)
+            part = (_padded_rows(per_token) @ own)[..., :group, :]  # (B, H, T, G, Dh)
+            part = part.transpose(2, 3).reshape(n_batch, heads, rows, head_dim)
+        out = part if out is None else out + part
+    assert out is not None  # S' >= KEY_BLOCK: at least one block
+    return out  # (B, H, G*T, Dh)
+
+
+def _padded_rows(x: Tensor) -> Tensor:
+    """``x (..., N, D)`` with zero rows appended up to a multiple of `QUERY_BLOCK` (as
+    `attention` pads its queries)."""
+    return F.pad(x, (0, 0, 0, -x.shape[-2] % QUERY_BLOCK))
 
 
 def rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
@@ -244,10 +285,10 @@ class Transformer(nn.Module):
             x = x + w["pos_emb.weight"][positions]
         # A tree's rows in the shape-invariant form: each token attends over its own keys, in
         # sequence order (`gathered_attention`); otherwise one bias for all rows, (G*T, S).
-        order: Tensor | None = None
-        bias: Tensor | None
+        tree: TreeKeys | None = None
+        bias: Tensor | None = None
         if exact and attn_mask is not None:
-            order, bias = visible_keys_first(attn_mask, dtype)  # (T, S) each
+            tree = visible_keys_first(attn_mask, dtype)
         else:
             bias = self._attention_bias(attn_mask, n_new, past, dtype, tokens.device)
 
@@ -255,7 +296,7 @@ class Transformer(nn.Module):
             p = f"layers.{i}."
             if i not in skip_attention:
                 h = self._norm(x, w, p + "attn_norm")
-                x = x + self._attention(h, w, p, i, plan, exact, cache, (bias, order), cos, sin)
+                x = x + self._attention(h, w, p, i, plan, exact, cache, (bias, tree), cos, sin)
             if i not in skip_mlp:
                 h = self._norm(x, w, p + "mlp_norm")
                 x = x + self._mlp(h, w, p, i, plan, exact)
@@ -297,7 +338,7 @@ class Transformer(nn.Module):
         plan: ExecutionPlan,
         exact: bool,
         cache: KVCache | None,
-        keys: tuple[Tensor | None, Tensor | None],
+        keys: tuple[Tensor | None, TreeKeys | None],
         cos: Tensor,
         sin: Tensor,
     ) -> Tensor:
@@ -322,9 +363,9 @@ class Transformer(nn.Module):
             if k.dtype != q.dtype:  # a draft in another precision reads the target's cache
                 k, v = k.to(q.dtype), v.to(q.dtype)
         q = q.reshape(n_batch, c.n_kv_heads, -1, c.head_dim)  # (B, Hkv, G*T, Dh)
-        bias, order = keys
-        if order is not None and bias is not None:
-            out = gathered_attention(q, k, v, order, bias)  # (B, Hkv, G*T, Dh)
+        bias, tree = keys
+        if tree is not None:
+            out = gathered_attention(q, k, v, tree)  # (B, Hkv, G*T, Dh)
         else:
             out = attention(q, k, v, bias, exact)  # (B, Hkv, G*T, Dh)
         out = out.reshape(n_batch, c.n_heads, n_new, c.head_dim)  # (B, H, T, Dh)

@@ -37,7 +37,7 @@ FULL_ROWS = 32
 #: with this many query heads per KV head folded into the query axis (SmolLM2's grouping and none).
 ATTENTION_TOKENS = (3, 8, 24)
 ATTENTION_PAST = (0, 63, 300)
-ATTENTION_GROUPS = (1, 3)
+ATTENTION_GROUPS = (1, 2, 3)
 HEAD_DIM = 64
 
 Rows = Callable[[torch.Tensor], torch.Tensor]
@@ -144,8 +144,8 @@ def _attention_case(
                 mask[i, past:] |= mask[parent, past:]
     keys = [row.nonzero().flatten() for row in mask]
     if tree:
-        order, bias = visible_keys_first(mask, dtype)
-        return q, k, v, lambda: gathered_attention(q, k, v, order, bias), keys
+        tree_keys = visible_keys_first(mask, dtype)
+        return q, k, v, lambda: gathered_attention(q, k, v, tree_keys), keys
     causal = torch.zeros(mask.shape, dtype=dtype).masked_fill(~mask, -torch.inf)
     return q, k, v, lambda: attention(q, k, v, causal.repeat(group, 1)), keys
 
