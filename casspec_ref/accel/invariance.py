@@ -34,7 +34,7 @@ from casspec_ref.model import attention, gathered_attention, visible_keys_first
 ROW_COUNTS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 17, 24, 32)
 FULL_ROWS = 32
 #: Attention is checked for these numbers of new tokens, against these numbers of cached keys,
-#: with this many query heads per KV head folded into the query axis (SmolLM2's grouping and none).
+#: with this many query heads per KV head folded into the query axis (none, two, SmolLM2's three).
 ATTENTION_TOKENS = (3, 8, 24)
 ATTENTION_PAST = (0, 63, 300)
 ATTENTION_GROUPS = (1, 2, 3)
