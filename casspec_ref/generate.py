@@ -2,9 +2,9 @@
 cache. It is the baseline every speedup is measured against, and the correctness oracle: a
 lossless method emits exactly its tokens when greedy, the same law when sampling (docs/method.md
 §1). Its one-row forwards compute each token's logits with the same bits as a verify forward
-computes that token's row, in every dtype the model's forward makes shape-invariant (bfloat16
-and float16 on CPU: `model.attention`; how it is proven: docs/floating_point.md). Why it is a
-fair baseline: docs/design.md (`generate.py`)."""
+computes that token's row wherever the model's forward is shape-invariant (on a CPU, in every
+dtype whose forms the machine's check found invariant: `casspec_ref.accel.invariance`; how it is
+checked: docs/floating_point.md). Why it is a fair baseline: docs/design.md (`generate.py`)."""
 
 from __future__ import annotations
 

@@ -93,9 +93,9 @@ class Form:
         return f"{self.base}@{self.pad_to}" if self.pad_to else self.base
 
 
-#: The one form of every 16-bit product on a CPU (the module docstring): the transposed product,
-#: one row padded to two (a one-row product would run a matrix-vector kernel, which sums in
-#: another order).
+#: The shape-invariant form of a 16-bit product on a CPU when the table has no checked entry (the
+#: module docstring): the transposed product, one row padded to two (a one-row product would run a
+#: matrix-vector kernel, which sums in another order).
 SHAPE_INVARIANT_FORM = Form("wxt", 2)
 #: The dtypes whose CPU products take `SHAPE_INVARIANT_FORM` when the table has no invariant entry.
 SHAPE_INVARIANT_DTYPES = (torch.bfloat16, torch.float16)

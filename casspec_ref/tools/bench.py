@@ -73,8 +73,9 @@ MT_BENCH_CATEGORIES = frozenset(
 GROUP_ORDER = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag")
 EXTERNAL_METHODS = ("hf", "hf-pld")
 #: The naive loop in the plain form (`Transformer.shape_invariant` off: the fused attention
-#: kernel, whose 16-bit rows round by shape): its tok/s and its divergences from ``ar``, the
-#: shape-invariant naive loop every method is checked against (docs/floating_point.md).
+#: kernel and the per-row-count products, whose rows round by shape): its tok/s and its
+#: divergences from ``ar``, the shape-invariant naive loop every method is checked against
+#: (docs/floating_point.md).
 PLAIN_AR = "ar-plain"
 #: The naive loops a method's speedup may be taken against (`speedup_base`).
 NAIVE_LOOPS = ("ar", PLAIN_AR)
