@@ -136,3 +136,15 @@ def test_a_weight_changed_in_place_is_quantized_again() -> None:
             assert torch.equal(outs[name], _separate(x, w, name)), name
     # Restacked: no member runs from its own pack any more.
     assert set(kernel._packed) == {(0, "attn_q+attn_k+attn_v"), (0, "attn_o")}
+
+
+def test_lacks_vnni_reads_the_cpu_flags() -> None:
+    """fbgemm's 8-bit activations saturate without VNNI: the kernel then reduces their range."""
+    from casspec_ref.accel.int8 import lacks_vnni
+
+    assert lacks_vnni("flags\t\t: fpu sse2 avx2 fma\n")
+    assert not lacks_vnni("flags\t\t: fpu avx2 avx512f avx512_vnni\n")
+    assert not lacks_vnni("flags\t\t: fpu avx2 avx_vnni\n")
+    assert not lacks_vnni("Features\t: fp asimd\n")  # not x86: no flags line
+    assert Int8Kernel(reduce_range=None).reduce_range == lacks_vnni()
+    assert Int8Kernel(reduce_range=False).reduce_range is False

@@ -35,6 +35,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache, partial
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
@@ -74,13 +75,14 @@ class Int8Kernel:
             ``torch._int_mm`` (CUDA, and CPU); ``"auto"``: fbgemm on CPU tensors, int_mm
             elsewhere.
         reduce_range: fbgemm only: quantize activations to 7 bits (needed on CPUs without
-            VNNI to avoid saturating 16-bit accumulations).
+            VNNI to avoid saturating 16-bit accumulations); ``None`` = exactly on those CPUs
+            (`lacks_vnni`).
     """
 
     names: frozenset[str] = frozenset(LINEAR_NAMES)
     layers: frozenset[int] | None = None
     backend: str = "auto"
-    reduce_range: bool = False
+    reduce_range: bool | None = None
     #: (layer, name) -> (transposed int8 weight (D_in, D_out), its scale (D_out,), stamp)
     _int8: dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor, tuple]] = field(
         default_factory=dict, repr=False, compare=False, hash=False
@@ -101,6 +103,8 @@ class Int8Kernel:
     )
 
     def __post_init__(self) -> None:
+        if self.reduce_range is None:  # frozen: set once, here
+            object.__setattr__(self, "reduce_range", lacks_vnni())
         if self.backend not in BACKENDS:
             raise ValueError(f"Int8Kernel.backend={self.backend!r}: allowed are {BACKENDS}")
         check_names(self.names, LINEAR_NAMES, "Int8Kernel.names")
@@ -272,6 +276,24 @@ class Int8Kernel:
 
 
 @cache
+@cache
+def lacks_vnni(cpuinfo: str | None = None) -> bool:
+    """Whether this x86 CPU lacks VNNI (no ``avx512_vnni``/``avx_vnni`` flag in /proc/cpuinfo):
+    there fbgemm multiplies 8-bit pairs into saturating 16-bit sums, and 8-bit activations
+    overflow them. False where the flags cannot be read or the CPU is not x86."""
+    try:
+        text = Path("/proc/cpuinfo").read_text() if cpuinfo is None else cpuinfo
+    except OSError:
+        return False
+    flags = next(
+        (line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")),
+        None,
+    )
+    if flags is None:
+        return False
+    return not {"avx512_vnni", "avx_vnni"} & set(flags)
+
+
 def _linear_dynamic() -> Any:
     """fbgemm's dynamic quantized linear as a resolved overload, called without the operator
     packet's per-call scan of its arguments (a measurable share of a small product,
