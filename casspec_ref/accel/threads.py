@@ -23,10 +23,13 @@ OpenMP's default wait and chooses the count:
 Switching threads between forwards is exact only where each forward gives the same bits at
 every thread count the policy uses, and some kernels split their work by the team size (on the
 CPU this was written on, MKL's float32 product of 5-11 rows, and attention for one new token).
-So the count switches during a run only if the kernel table's forms were checked at 1 and
-`Policy.max_threads` threads and attention passes the same check
-(`casspec_ref.accel.kernel_table.prepare`, then `allow_switching`), and only for forwards of at
-most `SWITCHED_ROWS` new tokens (`threads_for`: a prompt always runs on every thread).
+So the count switches during a run only if the target's shape-invariant forms (every weight
+shape's product form and the attention) were checked to give the same bits at 1 and
+`Policy.max_threads` threads (`casspec_ref.accel.invariance`, run by
+`casspec_ref.accel.kernel_table.prepare`, then `allow_switching`), and only for forwards of at
+most `SWITCHED_ROWS` new tokens (`threads_for`: a prompt always runs on every thread). A draft's
+forwards may round differently after a switch; a draft only proposes tokens, so no output
+changes.
 Otherwise the count chosen at start holds for the process; the `Monitor` still reads the load
 and reports the most it saw (`Policy.most_others_seen`), so a run that met a load says so.
 
@@ -314,9 +317,9 @@ def allow_switching(allowed: bool, note: str) -> None:
 
 def threads_for(rows: int, policy: Policy) -> int:
     """The thread count a forward of ``rows`` new tokens runs on: the policy's current count up
-    to `SWITCHED_ROWS` rows (the rows whose every product the kernel table checked at each count
-    it switches between), `Policy.max_threads` above (a prompt, a large tree: products whose
-    bits may depend on the count, so it never changes for them)."""
+    to `SWITCHED_ROWS` rows (row counts the invariance check covered at each count it switches
+    between), `Policy.max_threads` above (a prompt, a large tree: products whose bits may
+    depend on the count, so it never changes for them)."""
     if not policy.switching or rows > SWITCHED_ROWS:
         return policy.max_threads if policy.switching else policy.threads
     return policy.threads
