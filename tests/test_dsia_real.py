@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from casspec_ref.accel.int8 import int8_plan
+from casspec_ref.accel.int8 import int8_plan, lacks_vnni
 from casspec_ref.dsia.act_quant import quant_plan
 from casspec_ref.dsia.precision import precision_plan
 from casspec_ref.dsia.virtual_draft import DraftRunner
@@ -62,4 +62,5 @@ def test_identity_bf16_and_int8_drafts_along_a_greedy_trajectory(loaded) -> None
     assert tf.matchness(precision_plan(torch.bfloat16)) >= 0.75
     fast = tf.draft_logits(int8_plan()).argmax(-1)
     readable = tf.draft_logits(quant_plan(8, 8)).argmax(-1)
-    assert (fast == readable).float().mean() >= 0.9
+    # Without VNNI fbgemm's activations have 7 bits (`lacks_vnni`), one fewer than the twin's.
+    assert (fast == readable).float().mean() >= (0.75 if lacks_vnni() else 0.9)
