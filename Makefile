@@ -44,7 +44,7 @@ typecheck: setup
 	$(BIN)/mypy casspec_ref
 
 pytest: setup
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q --durations=20 tests
 
 # The tutorials: every notebook executed with its exercises solved, and every exercise's check
 # shown to fail on the unfilled stub (tutorials/exercises.py); the slowest runs are listed.
