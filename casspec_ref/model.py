@@ -70,14 +70,13 @@ def attention(
     if not shape_invariant:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
     n_queries, n_keys = q.shape[-2], k.shape[-2]
-    pad_q, pad_k = -n_queries % QUERY_BLOCK, -n_keys % KEY_BLOCK
     bias = q.new_zeros(n_queries, n_keys) if bias is None else bias  # (N, S)
-    q = F.pad(q, (0, 0, 0, pad_q))  # (B, H, N', Dh): zero rows, dropped below
-    k, v = F.pad(k, (0, 0, 0, pad_k)), F.pad(v, (0, 0, 0, pad_k))  # (B, H, S', Dh)
-    bias = F.pad(F.pad(bias, (0, pad_k), value=float("-inf")), (0, 0, 0, pad_q))  # (N', S')
+    q = _padded_rows(q)  # (B, H, N', Dh): zero rows, dropped below
+    k, v = _padded_keys(k), _padded_keys(v)  # (B, H, S', Dh)
+    bias = F.pad(bias, (0, k.shape[-2] - n_keys), value=float("-inf"))  # (N, S')
+    bias = F.pad(bias, (0, 0, 0, q.shape[-2] - n_queries))  # (N', S')
     scores = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5 + bias  # (B, H, N', S')
-    softmax_dtype = torch.promote_types(q.dtype, torch.float32)
-    weights = torch.softmax(scores, dim=-1, dtype=softmax_dtype).to(q.dtype)  # (B, H, N', S')
+    weights = _softmax(scores, q.dtype)  # (B, H, N', S')
     # The sum over keys, one block of KEY_BLOCK keys at a time, in order: every product sums
     # the same length, and a longer padded forward only adds blocks of exact zeros.
     out = weights[..., :KEY_BLOCK] @ v[..., :KEY_BLOCK, :]  # (B, H, N', Dh)
@@ -120,14 +119,13 @@ def gathered_attention(q: Tensor, k: Tensor, v: Tensor, tree: TreeKeys) -> Tenso
     n_batch, heads, rows, head_dim = q.shape
     tokens = tree.order.shape[0]
     group, pad_k = rows // tokens, -k.shape[-2] % KEY_BLOCK
-    k, v = F.pad(k, (0, 0, 0, pad_k)), F.pad(v, (0, 0, 0, pad_k))  # (B, H, S', Dh)
+    k, v = _padded_keys(k), _padded_keys(v)  # (B, H, S', Dh)
     order = F.pad(tree.order, (0, pad_k)).repeat(group, 1)  # (G*T, S'); a padding key: 0
     bias = F.pad(tree.bias, (0, pad_k), value=-torch.inf).repeat(group, 1)  # (G*T, S')
     scores = _padded_rows(q) @ k.transpose(-1, -2)  # (B, H, G*T padded, S')
     scores = scores[..., :rows, :] * head_dim**-0.5  # (B, H, G*T, S'), in key order
     scores = scores.gather(-1, order.expand(n_batch, heads, -1, -1)) + bias  # each token's order
-    softmax_dtype = torch.promote_types(q.dtype, torch.float32)
-    weights = torch.softmax(scores, dim=-1, dtype=softmax_dtype).to(q.dtype)  # (B, H, G*T, S')
+    weights = _softmax(scores, q.dtype)  # (B, H, G*T, S')
     out = None
     for start in range(0, k.shape[-2], KEY_BLOCK):
         block = weights[..., start : start + KEY_BLOCK]  # (B, H, G*T, KB)
@@ -144,9 +142,21 @@ def gathered_attention(q: Tensor, k: Tensor, v: Tensor, tree: TreeKeys) -> Tenso
 
 
 def _padded_rows(x: Tensor) -> Tensor:
-    """``x (..., N, D)`` with zero rows appended up to a multiple of `QUERY_BLOCK` (as
-    `attention` pads its queries)."""
+    """``x (..., N, D)`` with zero rows appended up to a multiple of `QUERY_BLOCK` (the
+    shape-invariant attention's query rows)."""
     return F.pad(x, (0, 0, 0, -x.shape[-2] % QUERY_BLOCK))
+
+
+def _padded_keys(x: Tensor) -> Tensor:
+    """Keys or values ``x (..., S, Dh)`` with zero rows appended up to a multiple of
+    `KEY_BLOCK` (masked out by a -inf bias, so their weights are exact zeros)."""
+    return F.pad(x, (0, 0, 0, -x.shape[-2] % KEY_BLOCK))
+
+
+def _softmax(scores: Tensor, dtype: torch.dtype) -> Tensor:
+    """The softmax over keys in at least float32, as Hugging Face's eager attention computes
+    it, returned in the compute ``dtype``."""
+    return torch.softmax(scores, dim=-1, dtype=torch.promote_types(dtype, torch.float32)).to(dtype)
 
 
 def rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:

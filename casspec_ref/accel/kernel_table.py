@@ -244,18 +244,14 @@ def thread_variant(
     levels = sorted(set(levels))
     if len(levels) < 2:
         return set()
-    previous = torch.get_num_threads()
     variant = set()
-    try:
-        for f in forms:
-            outs = []
-            for n in levels:
-                torch.set_num_threads(n)
+    for f in forms:
+        outs = []
+        for n in levels:
+            with invariance.threads_at(n):
                 outs.append(apply_form(f, x, weight, None))
-            if any(not torch.equal(outs[0], o) for o in outs[1:]):
-                variant.add(str(f))
-    finally:
-        torch.set_num_threads(previous)
+        if any(not torch.equal(outs[0], o) for o in outs[1:]):
+            variant.add(str(f))
     return variant
 
 
@@ -665,9 +661,7 @@ def measure(
             file=sys.stderr,
         )
         return None
-    previous = torch.get_num_threads()
-    torch.set_num_threads(policy.max_threads)
-    try:
+    with invariance.threads_at(policy.max_threads):
         seconds = estimate_seconds(shapes, dtype)
         print(
             f"casspec_ref: measuring this machine's fastest exact matmul forms for "
@@ -679,8 +673,6 @@ def measure(
         start, before = time.perf_counter(), threads.read_cpu_times()
         table = calibrate(shapes, dtype, thread_levels=(1, policy.max_threads))
         after = threads.read_cpu_times()
-    finally:
-        torch.set_num_threads(previous)
     others = None if before is None or after is None else threads.load_between(before, after)
     if others is not None:  # the timings' own reasons are already there (`calibrate`)
         table.contention += contention_reasons([], others.others)
