@@ -143,6 +143,36 @@ BUSY: dict[str, Any] = {
 }
 
 
+def test_the_busy_machine_targets_are_judged_from_the_record(records: dict) -> None:
+    """Each target beside its figure: met, missed (below a floor, outside the speedup's band
+    on either side), and left out where the record has no figure for it."""
+    busy = copy.deepcopy(BUSY)
+    busy["rates"] += [
+        _busy_rate("ar", "competitor", 11.0, 0.55),
+        _busy_rate("cas-spec", "competitor", 10.0, 0.4999),
+    ]
+    busy["speedups"].append(
+        {"setting": "policy", "condition": "competitor", "speedup": 1.3, "over_quiet_speedup": 1.11}
+    )
+    section = results.render({**records, "busy_machine": busy}).split("## A busy machine", 1)[1]
+    assert "| `ar` beside a competitor, over quiet | >= 0.5 | 0.550 | yes |" in section
+    assert "| `cas-spec` beside a competitor, over quiet | >= 0.5 | 0.500 | no |" in section
+    assert "| `ar` quiet, `policy` over `inherited` | >= 0.97 | 0.990 | yes |" in section
+    assert "`cas-spec` quiet" not in section  # no quiet cost recorded for it
+    band = "| speedup beside a competitor, over the quiet speedup | 0.9 to 1.1 |"
+    assert f"{band} 1.110 | no |" in section
+    busy["speedups"][-1]["over_quiet_speedup"] = 0.9
+    section = results.render({**records, "busy_machine": busy}).split("## A busy machine", 1)[1]
+    assert f"{band} 0.900 | yes |" in section
+    busy["speedups"][-1]["over_quiet_speedup"] = 0.899
+    busy["quiet_cost"][0]["policy_over_inherited"] = 0.969
+    section = results.render({**records, "busy_machine": busy}).split("## A busy machine", 1)[1]
+    assert f"{band} 0.899 | no |" in section
+    assert "| `ar` quiet, `policy` over `inherited` | >= 0.97 | 0.969 | no |" in section
+    bare = {**BUSY, "quiet_cost": []}  # no figure for any target
+    assert "The policy's targets:" not in results.render({**records, "busy_machine": bare})
+
+
 def test_a_busy_machine_record_is_shown_by_condition_and_setting(records: dict) -> None:
     page = results.render({**records, "busy_machine": BUSY})
     section = page.split("## A busy machine", 1)[1].split("\n## ", 1)[0]

@@ -371,7 +371,8 @@ def busy_machine_section(record: dict[str, Any]) -> list[str]:
                 for s in dict.fromkeys(r["setting"] for r in speedups)
             ],
         )
-    return lines + _busy_cost_lines(record) + _busy_switch_lines(record)
+    lines += _busy_cost_lines(record) + _busy_target_lines(record)
+    return lines + _busy_switch_lines(record)
 
 
 def _busy_speedup(r: dict[str, Any] | None, condition: str) -> str:
@@ -393,6 +394,37 @@ def _busy_cost_lines(record: dict[str, Any]) -> list[str]:
     return lines + table(
         ["method", *header], [[f"`{c['method']}`", *(num(c[k]) for k in pairs)] for c in cost]
     )
+
+
+#: The busy-machine targets (docs/benchmarks.md): under the policy, one competing process
+#: costs at most 2x tokens per second; the quiet machine loses at most 3% to the policy; and
+#: CAS-Spec's speedup beside a competing process stays within 10% of its quiet speedup.
+COMPETITOR_FLOOR = 0.5
+QUIET_FLOOR = 0.97
+SPEEDUP_BAND = (0.9, 1.1)
+
+
+def _busy_target_lines(record: dict[str, Any]) -> list[str]:
+    """Each target of the policy beside its figure in this record, and whether it is met."""
+    by = {(r["setting"], r["method"], r["condition"]): r for r in record["rates"]}
+    cost = {c["method"]: c.get("policy_over_inherited") for c in record.get("quiet_cost") or []}
+    drift = {r["condition"]: r for r in record.get("speedups") or [] if r["setting"] == "policy"}
+    checks: list[tuple[str, float | None, float, float | None]] = []
+    for m in ("ar", "cas-spec"):
+        kept = (by.get(("policy", m, "competitor")) or {}).get("over_quiet")
+        checks.append((f"`{m}` beside a competitor, over quiet", kept, COMPETITOR_FLOOR, None))
+        checks.append((f"`{m}` quiet, `policy` over `inherited`", cost.get(m), QUIET_FLOOR, None))
+    moved = (drift.get("competitor") or {}).get("over_quiet_speedup")
+    checks.append(("speedup beside a competitor, over the quiet speedup", moved, *SPEEDUP_BAND))
+    shown = []
+    for name, figure, low, high in checks:
+        if figure is not None:
+            met = figure >= low and (high is None or figure <= high)
+            bound = f">= {low}" if high is None else f"{low} to {high}"
+            shown.append([name, bound, num(figure), num(met)])
+    if not shown:
+        return []
+    return ["", "The policy's targets:", "", *table(["figure", "target", "value", "met"], shown)]
 
 
 def _busy_switch_lines(record: dict[str, Any]) -> list[str]:
