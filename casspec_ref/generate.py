@@ -75,8 +75,8 @@ def generate_ar(
         # The last generated token is never fed back, hence the - 1.
         cache = KVCache(model.config, len(prompt) + max_new_tokens - 1, dtype, param.device)
         feed = torch.tensor([prompt], dtype=torch.long, device=param.device)  # (1, T_prompt)
+        logits = run_prompt(model, feed, cache, plan)  # (1, 1, V)
         while True:
-            logits = model(feed, cache=cache, plan=plan, last_only=True)  # (1, 1, V)
             if temperature == 0:
                 token = int(torch.argmax(logits[0, -1]))  # the first maximum: ties to the lowest id
             else:
@@ -91,9 +91,24 @@ def generate_ar(
             if stopped or len(tokens) == max_new_tokens:
                 break
             feed = torch.tensor([[token]], dtype=torch.long, device=param.device)  # (1, 1)
+            logits = model(feed, cache=cache, plan=plan, last_only=True)  # (1, 1, V)
     end = time.perf_counter()
     timing = {"prefill_s": prefill_end - start, "decode_s": end - prefill_end}
     return GenerationResult(tokens, prompt, stopped, *_ar_records(timing, plan, prompt, tokens))
+
+
+def run_prompt(
+    model: Transformer, prompt: torch.Tensor, cache: KVCache, plan: ExecutionPlan | None = None
+) -> torch.Tensor:
+    """Write the prompt ``(1, P)``'s K/V into ``cache``; return its last position's logits
+    ``(1, 1, V)``. One forward, or, where ``model.prompt_rows`` is set, forwards of at most that
+    many rows in order: the same bits wherever the forward is shape-invariant (each row is
+    computed as a one-row forward computes it), and no forward larger than the thread policy
+    checked (`casspec_ref.accel.threads.watch`)."""
+    rows = model.prompt_rows or prompt.shape[1]
+    for start in range(0, prompt.shape[1], rows):
+        logits = model(prompt[:, start : start + rows], cache=cache, plan=plan, last_only=True)
+    return logits
 
 
 def _ar_records(

@@ -26,7 +26,7 @@ from casspec_ref.dsia.prompt_lookup import PromptLookup, PromptLookupConfig
 from casspec_ref.dsia.recycle import TokenRecycler
 from casspec_ref.dsia.virtual_draft import DraftRunner
 from casspec_ref.dytc import FREE_DRAFTS, DyTCConfig
-from casspec_ref.generate import GenerationResult, generate_ar
+from casspec_ref.generate import GenerationResult, generate_ar, run_prompt
 from casspec_ref.kv_cache import KVCache
 from casspec_ref.plan import ExecutionPlan
 from casspec_ref.sampling import RandomSource, TorchRandomSource, target_law
@@ -156,7 +156,7 @@ def prefill(state: Decoding) -> None:
     """Run the whole prompt through the target and draw the first token, as `generate_ar` does."""
     start = state.clock()
     prompt_t = torch.tensor([state.prompt], dtype=torch.long, device=state.cache.k.device)  # (1,P)
-    logits = state.model(prompt_t, None, cache=state.cache, last_only=True)  # (1, 1, V)
+    logits = run_prompt(state.model, prompt_t, state.cache)  # (1, 1, V)
     s = state.sampling
     law = target_law(logits[0, -1], s.temperature, s.top_k, s.top_p).cpu().numpy()  # (V,)
     state.stats.observe_prefill(state.clock() - start)

@@ -171,7 +171,7 @@ def test_monitor_holds_the_count_when_switching_is_not_allowed() -> None:
 
 def test_large_forwards_always_run_on_every_thread_when_switching() -> None:
     p = policy(threads_now=1)
-    assert [threads.threads_for(r, p) for r in (1, 16, 17, 500)] == [1, 1, 2, 2]
+    assert [threads.threads_for(r, p) for r in (1, 32, 33, 500)] == [1, 1, 2, 2]
     held = policy(threads_now=1, switching=False)
     assert [threads.threads_for(r, held) for r in (1, 500)] == [1, 1]
 
@@ -257,3 +257,63 @@ def test_watch_sees_every_forward_of_a_speculative_decode(monkeypatch: pytest.Mo
     threads.watch(model)  # installed once: a second call adds no hooks
     generate_ar(model, PROMPT, 2)
     assert seen == called
+
+
+def test_the_switched_rows_are_the_checked_rows_and_hold_the_largest_tree() -> None:
+    """Every forward that follows a switched count was checked at each count: every row count
+    up to `SWITCHED_ROWS` in the product check, a block that large in the attention check, and
+    DyTC's largest tree is no larger (else its verify would run on every thread)."""
+    from casspec_ref.accel import invariance
+    from casspec_ref.dytc_config import DyTCConfig
+
+    assert invariance.ROW_COUNTS == tuple(range(1, threads.SWITCHED_ROWS + 1))
+    assert invariance.FULL_ROWS == max(invariance.ATTENTION_TOKENS) == threads.SWITCHED_ROWS
+    assert DyTCConfig().max_tree_size <= threads.SWITCHED_ROWS
+
+
+@pytest.mark.parametrize("method", ["ar", "chain"])
+def test_a_switching_policy_sends_the_prompt_in_checked_pieces(
+    monkeypatch: pytest.MonkeyPatch, method: str
+) -> None:
+    """While the count may switch, the prompt goes in pieces of at most `SWITCHED_ROWS` rows
+    (here 3, so that an 8-token prompt splits 3 + 3 + 2), in order, and the tokens are the
+    one-forward prompt's."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv(threads.ENV_VAR, raising=False)
+    monkeypatch.setattr(threads, "sample_load", lambda: Load(2, 0.0, 0.1))
+    monkeypatch.setattr(threads, "read_cpu_times", lambda: None)
+    monkeypatch.setattr(threads, "SWITCHED_ROWS", 3)
+    model = random_init_(Transformer(tiny_llama(vocab_size=32, max_seq_len=64)).double(), seed=2)
+    exit_early = ExecutionPlan(exit_after=1, name="exit")
+
+    def decode() -> list[int]:
+        if method == "ar":
+            return generate_ar(model, PROMPT, 10).tokens
+        return generate_speculative(model, PROMPT, 10, method="chain", drafts=(exit_early,)).tokens
+
+    want = decode()
+    threads.apply().switching = True  # as `allow_switching` leaves it after a passed check
+    threads.watch(model)
+    assert model.prompt_rows == 3
+    rows: list[int] = []
+    inner = model.forward
+
+    def counting(*args: Any, **kwargs: Any) -> torch.Tensor:
+        if threads.forward_kind(args, kwargs)[1] == "target":
+            rows.append(threads.forward_kind(args, kwargs)[0])
+        return inner(*args, **kwargs)
+
+    monkeypatch.setattr(model, "forward", counting)
+    assert decode() == want
+    assert rows[:3] == [3, 3, 2]  # the prompt; then one row a step, or a verified tree
+    assert rows[3:] and (method != "ar" or set(rows[3:]) == {1})
+
+
+def test_a_policy_that_holds_its_count_sends_the_prompt_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setenv(threads.ENV_VAR, "1")
+    model = Transformer(tiny_llama(vocab_size=32, max_seq_len=64))
+    threads.watch(model)
+    assert model.prompt_rows is None

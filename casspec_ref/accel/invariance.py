@@ -29,13 +29,14 @@ import torch
 from casspec_ref.base.kernels import Form, apply_form, base_forms
 from casspec_ref.model import attention, gathered_attention, visible_keys_first
 
-#: The window sizes checked: the naive loop's one row, every tree size up to 8, and a few up to
-#: 32 (a verify forward's rows; larger forwards are prompts, which both loops run alike).
-ROW_COUNTS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 17, 24, 32)
+#: The window sizes checked: every row count up to `FULL_ROWS`, from the naive loop's one row to
+#: DyTC's largest tree (a verify forward) and a prompt's piece while the thread policy may
+#: switch counts (`casspec_ref.accel.threads.SWITCHED_ROWS`).
 FULL_ROWS = 32
+ROW_COUNTS = tuple(range(1, FULL_ROWS + 1))
 #: Attention is checked for these numbers of new tokens, against these numbers of cached keys,
 #: with this many query heads per KV head folded into the query axis (none, two, SmolLM2's three).
-ATTENTION_TOKENS = (3, 8, 24)
+ATTENTION_TOKENS = (3, 8, 24, FULL_ROWS)
 ATTENTION_PAST = (0, 63, 300)
 ATTENTION_GROUPS = (1, 2, 3)
 HEAD_DIM = 64

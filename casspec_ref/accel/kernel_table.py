@@ -450,8 +450,8 @@ class _ShapeRun:
 
     def one_class(self, rows: int, copies: int) -> tuple[Form, dict[str, float]]:
         """A class's form, timed on ``copies`` weight copies (larger products: longer calls,
-        steadier; half the repeats). Not checked at each thread count: a forward of more than
-        16 rows always runs on every thread (`casspec_ref.accel.threads.threads_for`)."""
+        steadier; half the repeats). Not checked at each thread count: the per-row-count forms
+        serve the drafts and the plain forward, whose bits no output depends on."""
         forms = base_forms(self.dtype)
         x, repeats = self.x(rows), max(1, self.repeats // 2)
         timed = _time_forms(forms, self.weights[:copies], x, repeats, self.spreads)

@@ -27,9 +27,14 @@ So the count switches during a run only if the target's shape-invariant forms (e
 shape's product form and the attention) were checked to give the same bits at 1 and
 `Policy.max_threads` threads (`casspec_ref.accel.invariance`, run by
 `casspec_ref.accel.kernel_table.prepare`, then `allow_switching`), and only for forwards of at
-most `SWITCHED_ROWS` new tokens (`threads_for`: a prompt always runs on every thread). A draft's
-forwards may round differently after a switch; a draft only proposes tokens, so no output
-changes.
+most `SWITCHED_ROWS` new tokens, the row counts checked (`threads_for`: a larger forward runs on
+every thread). So that no forward of a decode is larger, `watch` has the loops send a prompt in
+forwards of at most `SWITCHED_ROWS` rows (`Transformer.prompt_rows`, read by
+`casspec_ref.generate.run_prompt`; the same bits as one forward, by the same shape invariance),
+and DyTC's largest tree is no larger. A forward that had to run on every thread beside a busy
+core would wait at every barrier for the thread that lost its core: one such prompt costs more
+than the whole decode. A draft's forwards may round differently after a switch; a draft only
+proposes tokens, so no output changes.
 Otherwise the count chosen at start holds for the process; the `Monitor` still reads the load
 and reports the most it saw (`Policy.most_others_seen`), so a run that met a load says so.
 
@@ -63,9 +68,10 @@ DOWN_SLACK = 0.5
 #: ... and come back once they leave at least ``max_threads - UP_SLACK`` free, twice in a row.
 UP_SLACK = 0.2
 UP_CONFIRM = 2
-#: Forwards of at most this many new tokens follow the switched count (`threads_for`): the
-#: kernel table's row counts 1..16 (`casspec_ref.base.kernels.MAX_ROWS`), each checked.
-SWITCHED_ROWS = 16
+#: Forwards of at most this many new tokens follow the switched count (`threads_for`): every
+#: row count up to `casspec_ref.accel.invariance.FULL_ROWS` is checked at each count, and DyTC's
+#: largest tree (`DyTCConfig.max_tree_size`) fits (tests/test_threads.py holds them together).
+SWITCHED_ROWS = 32
 
 
 # ----------------------------------------------------------------------------- observations
@@ -338,7 +344,8 @@ def forward_kind(args: tuple, kwargs: dict[str, Any]) -> tuple[int, str]:
 
 def watch(model: Any) -> None:
     """Feed ``model``'s forward durations to a `Monitor` that switches the thread count when
-    the load calls for it (a no-op unless switching is allowed; installed once per model).
+    the load calls for it (a no-op unless switching is allowed; installed once per model), and
+    have the loops send a prompt in forwards of at most `SWITCHED_ROWS` rows while it may.
 
     The hooks run on every call of the model, ``model(tokens, ...)``: the naive loop's forwards,
     the speculative loop's prompt and verify forwards and the drafts' forwards all call it so
@@ -350,6 +357,8 @@ def watch(model: Any) -> None:
         return
     monitor = Monitor(policy)
     started = [0.0]
+    if policy.switching:
+        model.prompt_rows = SWITCHED_ROWS
 
     def before(module: Any, args: tuple, kwargs: dict[str, Any]) -> None:
         count = threads_for(forward_kind(args, kwargs)[0], policy)
