@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from casspec_ref.accel import kernel_table, threads
+from casspec_ref.accel import invariance, kernel_table, threads
 from casspec_ref.accel.kernel_table import MeasuredTable
 from casspec_ref.accel.threads import CpuTimes, Load
 from casspec_ref.base import kernels
@@ -166,6 +166,38 @@ def test_prepare_follows_the_environment(
     kernel_table.prepare(shapes, torch.float32)
     assert calls[2] == shapes  # forced: measured again although cached
     assert len(kernel_table.load_cached().shapes()) == 3
+
+
+def test_a_start_beside_busy_cores_checks_at_its_own_count_and_holds_it(
+    quiet: list[Load], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A check on every thread beside a busy core would stall as a forward does; a process
+    that started on one thread checks at one thread and never switches; a quiet start checks
+    at 1 and 2 threads and may switch."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv(threads.ENV_VAR, raising=False)
+    monkeypatch.setenv(kernel_table.ENV_VAR, "default")
+    monkeypatch.setattr(threads, "read_cpu_times", lambda: CpuTimes(0, 0, 1, 0, 2))
+    levels_checked: list[tuple[int, ...]] = []
+
+    def fake_check(wanted: object, dtype: torch.dtype, levels: tuple[int, ...], table: object):
+        levels_checked.append(levels)
+        return invariance.Report(dtype, levels, attention=True)
+
+    monkeypatch.setattr(kernel_table, "check_invariance", fake_check)
+    previous = torch.get_num_threads()
+    try:
+        for others, want_levels, may_switch in ((1.0, (1,), False), (0.0, (1, 2), True)):
+            monkeypatch.setattr(threads, "_POLICY", None)
+            torch.set_num_threads(2)
+            quiet[0] = Load(2, others, 0.1)
+            kernel_table.prepare({(24, 24)}, torch.float32)
+            policy = threads.current()
+            assert policy is not None and levels_checked[-1] == want_levels
+            assert policy.switching is may_switch
+        assert levels_checked == [(1,), (1, 2)]
+    finally:
+        torch.set_num_threads(previous)
 
 
 def test_row_counts_measured_during_a_stall_are_flagged_for_remeasurement() -> None:

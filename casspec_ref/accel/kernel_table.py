@@ -560,8 +560,10 @@ def prepare(
     invariant forms and the attention are then checked (`check_invariance`; nothing is timed,
     so a busy machine cannot mislead it). Only CPU tables are prepared; other devices keep the
     defaults. The thread policy may switch counts during a run only if the check passed at each
-    count it switches between (`casspec_ref.accel.threads.allow_switching`). Returns the
-    active table.
+    count it switches between (`casspec_ref.accel.threads.allow_switching`). A process that
+    started on fewer threads than its most (other processes were busy) checks at its own count
+    only and holds it: a check on every thread would stall beside the busy cores as a forward
+    does. Returns the active table.
     """
     mode = kernel_mode()
     policy = threads.apply()
@@ -570,9 +572,13 @@ def prepare(
         return active_table()
     wanted = set(shapes)
     table = _install_measured(wanted, dtype, mode) if mode != "default" else MeasuredTable()
-    levels = tuple(sorted({1, policy.max_threads}))
+    busy_start = policy.mode == "auto" and policy.threads < policy.max_threads
+    levels = (policy.threads,) if busy_start else tuple(sorted({1, policy.max_threads}))
     report = check_invariance(wanted, dtype, levels, table)
-    if report.complete:
+    if busy_start:
+        note = f"started beside busy cores: checked at {policy.threads} thread only; it holds"
+        threads.allow_switching(False, note)
+    elif report.complete:
         threads.allow_switching(True, f"the target's rows checked invariant at {levels} threads")
     else:
         threads.allow_switching(False, f"the target's rows are not invariant here: {report.gaps}")

@@ -31,12 +31,13 @@ most `SWITCHED_ROWS` new tokens, the row counts checked (`threads_for`: a larger
 every thread). So that no forward of a decode is larger, `watch` has the loops send a prompt in
 forwards of at most `SWITCHED_ROWS` rows (`Transformer.prompt_rows`, read by
 `casspec_ref.generate.run_prompt`; the same bits as one forward, by the same shape invariance),
-and DyTC's largest tree is no larger. A forward that had to run on every thread beside a busy
-core would wait at every barrier for the thread that lost its core: one such prompt costs more
-than the whole decode. A draft's forwards may round differently after a switch; a draft only
-proposes tokens, so no output changes.
-Otherwise the count chosen at start holds for the process; the `Monitor` still reads the load
-and reports the most it saw (`Policy.most_others_seen`), so a run that met a load says so.
+and DyTC's largest tree is no larger: a forward that ran on every thread beside a busy core
+would wait at every barrier for the thread that lost its core. A draft's forwards may round
+differently after a switch; a draft only proposes tokens, so no output changes.
+A process that starts beside busy cores, on one thread, is checked at one thread only and holds
+it (a check on every thread would stall there as a forward does). Otherwise too the count
+chosen at start holds for the process; the `Monitor` still reads the load and reports the most
+it saw (`Policy.most_others_seen`), so a run that met a load says so.
 
 What wins over the policy: an explicit ``OMP_NUM_THREADS`` (the count torch took from it is kept
 and never switched); an explicit ``OMP_WAIT_POLICY`` / ``GOMP_SPINCOUNT`` (reported as the wait
