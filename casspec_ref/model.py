@@ -203,7 +203,7 @@ class Transformer(nn.Module):
         #: False = the plain forms (fused attention, the fastest product per row count), whose
         #: rounding does. Drafts always run the plain forms: a draft only proposes tokens.
         self.shape_invariant = True
-        #: The most rows one forward of a prompt runs (`casspec_ref.generate.prefill`); None =
+        #: The most rows one forward of a prompt runs (`casspec_ref.generate.run_prompt`); None =
         #: the whole prompt at once. A thread policy that switches counts sets it to the row
         #: counts it checked (`casspec_ref.accel.threads.watch`).
         self.prompt_rows: int | None = None
