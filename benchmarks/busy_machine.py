@@ -2,9 +2,12 @@
 
 Each cell is one fresh process (the thread policy is chosen when a process starts): it loads
 SmolLM2-135M-Instruct, decodes ``--max-new-tokens`` greedy tokens after one chat prompt (no stop
-token, so every decode has that length) once to warm up and once timed, and prints its tokens
-per second, its tokens and its thread record (`Policy.as_dict`, the ``threads`` record that
-``generate --json`` prints). A cell is one of:
+token, so every decode has that length) ``--warmups`` times to warm up (CAS-Spec's DyTC
+estimates learn over them) and ``--timed-runs`` times timed, and prints the median of the timed
+decodes' tokens per second, its tokens and its thread record (`Policy.as_dict`, the ``threads``
+record that ``generate --json`` prints). The first warm-up and the first timed decode always
+run; the others only while the cell has spent less than ``--cell-budget-s`` decoding, so that
+a cell that decodes at a few tokens per second stays short. A cell is one of:
 
 - a thread setting: ``policy``, the library's (`casspec_ref.accel.threads`,
   ``CASSPEC_THREADS=auto``); ``inherited``, torch's defaults (``CASSPEC_THREADS=inherit``);
@@ -19,30 +22,43 @@ per second, its tokens and its thread record (`Policy.as_dict`, the ``threads`` 
   naive loop under the same setting, started before the cell); ``competitor-mid`` (the busy
   loop starts once the timed decode has run ``--mid-run-fraction`` of the same cell's quiet
   decode time in this repeat: the load arrives during the decode, where only the policy's
-  `Monitor` can follow it).
+  `Monitor` can follow it; one timed decode, the one the load arrives in).
+
+The quiet cost of the policy is also measured within one process (``paired``): in the quiet
+condition, a child under the policy decodes with its run-time part on and off in turn
+(`casspec_ref.accel.threads.watch` / `unwatch`: the hooks that read the load and the prompt in
+checked pieces; on a quiet machine the count chosen at start is torch's own), ``--pairs`` pairs
+in alternating order, and reports the median of the pairs' ratios. Fresh processes of one
+setting differ by more than the few percent in question (CAS-Spec's adaptive choices above
+all); decodes of one process, side by side, do not.
 
 Each of ``--repeats`` repeats runs every cell once, conditions in turn (quiet first, so that
 the mid-run delay can be taken from it), so that a drift of the machine's speed hits every
-condition alike. Every ratio below is the median over repeats of the ratio within one repeat.
+condition alike; torch's defaults beside a load (decoding at well under a tenth of quiet speed,
+far from any target) run in the first ``--inherited-repeats`` repeats only. Every ratio below
+is the median over repeats of the ratio within one repeat.
 Every generation's tokens are compared with the quiet naive loop's (the first repeat's, under
 the first thread setting); a difference is listed in ``differences``.
 
 Competitors run in their own process group, stop by themselves after ``--competitor-s``
 seconds, and are killed when their cell ends (or the script exits), whatever happens. Each
-child has a timeout (``--child-timeout``). With the defaults the script runs for about half an
-hour.
+child has a timeout (``--child-timeout``). With the defaults the script runs for about an hour
+on a 2-core CPU, most of it in torch's defaults beside a load.
 
 Output: one JSON record, printed and written to ``<out>/busy_machine.json`` with ``--out``:
 
     {
       "benchmark": "busy_machine",
       "settings": {"max_new_tokens", "repeats", "prompt", "methods", "thread_settings",
-                   "conditions", "mid_run_fraction", "competitor_s", "child_timeout_s"},
+                   "conditions", "warmups", "timed_runs", "cell_budget_s", "pairs",
+                   "inherited_repeats", "mid_run_fraction", "competitor_s", "child_timeout_s"},
       "environment": {"command", "machine", "cpus", "torch", "python", "platform",
                       "git_commit", "time", "load": {"start", "end", "changed"}},
       "cells": [  # one per (repeat, setting, method, condition), in the order they ran
         {"repeat", "setting", "method", "condition",
          "tokens_per_s", "seconds", "new_tokens",  # null: the child failed ("error" says why)
+         "runs_s",               # every timed decode's seconds (the figures are their median)
+         "runs_equal",           # whether every timed decode gave the same tokens
          "competitor_after_s",   # competitor-mid: seconds into the timed decode it started
          "competitor_in_decode", # competitor-mid: whether that was before the decode ended
          "threads_mode", "max_threads", "threads_at_start", "threads_at_end",
@@ -50,7 +66,13 @@ Output: one JSON record, printed and written to ``<out>/busy_machine.json`` with
          "switching_note", "switches",  # every switch of the process: [seconds, count]
          "switches_in_decode",   # switches during the timed decode
          "start_others", "most_others_seen",  # other processes' cores at start, most seen
-         "equal_to_quiet_ar", "first_difference", "error"}
+         "equal_to_quiet_ar",    # the timed decodes' tokens all equal the reference's
+         "first_difference", "error"}
+      ],
+      "paired": [  # the policy's run-time part on and off in one quiet process
+        {"repeat", "method", "pairs", "watched_tokens_per_s", "unwatched_tokens_per_s",
+         "ratio",                 # median over pairs of watched / unwatched
+         "threads_at_end", "most_others_seen", "equal_to_quiet_ar", "error"}
       ],
       "rates": [  # per setting, method and condition
         {"setting", "method", "condition", "tokens_per_s",  # median over repeats
@@ -62,8 +84,8 @@ Output: one JSON record, printed and written to ``<out>/busy_machine.json`` with
         {"setting", "condition", "speedup", "over_quiet_speedup"}
       ],
       "quiet_cost": [  # quiet tokens per second of one setting over another's, per method
-        {"method", "policy_over_inherited", "policy_over_one_thread",
-         "inherited_over_one_thread"}
+        {"method", "policy_over_unwatched",  # paired, median over repeats
+         "policy_over_inherited", "policy_over_one_thread", "inherited_over_one_thread"}
       ],
       "reference": {"setting", "repeat", "tokens"},  # the quiet naive loop's generation
       "differences": [{"repeat", "setting", "method", "condition", "first_difference",
@@ -147,12 +169,13 @@ def start_competitor(kind: str, setting: str, seconds: float) -> None:
 
 
 def run_cell_process(
-    method: str, setting: str, args: argparse.Namespace, on_timed: Callable[[], None] | None
+    cmd: list[str], setting: str, args: argparse.Namespace, on_timed: Callable[[], None] | None
 ) -> dict[str, Any]:
-    """One child process; ``on_timed`` is called when its timed decode starts. Returns the
-    child's record, or ``{"error": ...}``."""
-    cmd = [sys.executable, __file__, "--child", method]
-    cmd += ["--max-new-tokens", str(args.max_new_tokens)]
+    """One child process running this script with the arguments ``cmd``; ``on_timed`` is
+    called when its first timed decode starts. Returns the child's record, or
+    ``{"error": ...}``."""
+    cmd = [sys.executable, __file__, *cmd, "--max-new-tokens", str(args.max_new_tokens)]
+    cmd += ["--warmups", str(args.warmups), "--cell-budget-s", str(args.cell_budget_s)]
     expired: list[bool] = []
     with tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(
@@ -199,13 +222,15 @@ def measure(
         time.sleep(after)
         start_competitor("competitor", setting, args.competitor_s)
 
+    cmd = ["--child", method, "--timed-runs", str(args.timed_runs)]
     try:
         if condition in ("competitor", "decoder"):
             start_competitor(condition, setting, args.competitor_s)
             time.sleep(1.0 if condition == "competitor" else 5.0)  # a decoder loads its model
         if condition != "competitor-mid":
-            return run_cell_process(method, setting, args, None), None
-        return run_cell_process(method, setting, args, start_mid_run), after
+            return run_cell_process(cmd, setting, args, None), None
+        cmd[-1] = "1"  # the decode the load arrives in
+        return run_cell_process(cmd, setting, args, start_mid_run), after
     finally:
         _stop_all()
 
@@ -237,28 +262,83 @@ def _runner(method: str, model: Any) -> Callable[[list[int], int], list[int]]:
     return lambda prompt, n: hf(prompt, n)[0]
 
 
-def run_child(method: str, max_new_tokens: int) -> int:
-    """Decode once to warm up, once timed; print the `TIMED` line before the timed decode,
-    then ``{"tokens_per_s", "seconds", "tokens", "threads", "threads_at_start",
-    "switches_in_decode"}``."""
+def decodes(
+    decode: Callable[[], list[int]], count: int, spent: list[float], budget_s: float
+) -> list[tuple[float, list[int]]]:
+    """Up to ``count`` timed calls of ``decode`` (seconds, tokens): the first always, the
+    others while the seconds in ``spent`` (this cell's decodes so far, added to) are under
+    ``budget_s``."""
+    out: list[tuple[float, list[int]]] = []
+    while len(out) < count and (not out or sum(spent) < budget_s):
+        start = time.perf_counter()
+        tokens = decode()
+        out.append((time.perf_counter() - start, tokens))
+        spent.append(out[-1][0])
+    return out
+
+
+def run_child(args: argparse.Namespace) -> int:
+    """Warm up, then the timed decodes (`decodes`); print the `TIMED` line before the first
+    timed decode, then ``{"tokens_per_s", "seconds", "runs_s", "tokens", "runs_equal",
+    "threads", "threads_at_start", "switches_in_decode"}`` (medians over the timed decodes)."""
     from casspec_ref.accel import threads
 
     model, prompt = _load()
-    run = _runner(method, model)
-    run(prompt, max_new_tokens)
+    run = _runner(args.child, model)
+    spent: list[float] = []
+    decodes(lambda: run(prompt, args.max_new_tokens), args.warmups, spent, args.cell_budget_s / 2)
     policy = threads.apply()
     at_start, switches = policy.threads, len(policy.switches)
     print(TIMED, flush=True)
-    start = time.perf_counter()
-    tokens = run(prompt, max_new_tokens)
-    seconds = time.perf_counter() - start
+    spent.clear()
+    timed = decodes(
+        lambda: run(prompt, args.max_new_tokens), args.timed_runs, spent, args.cell_budget_s / 2
+    )
+    runs_s = [seconds for seconds, _ in timed]
+    tokens = timed[0][1]
     record = {
-        "tokens_per_s": len(tokens) / seconds,
-        "seconds": seconds,
+        "tokens_per_s": statistics.median(len(t) / s for s, t in timed),
+        "seconds": statistics.median(runs_s),
+        "runs_s": [round(s, 4) for s in runs_s],
         "tokens": tokens,
+        "runs_equal": all(t == tokens for _, t in timed),
         "threads": policy.as_dict(),
         "threads_at_start": at_start,
         "switches_in_decode": len(policy.switches) - switches,
+    }
+    print(json.dumps(record))
+    return 0
+
+
+def run_paired(args: argparse.Namespace) -> int:
+    """The policy's quiet cost within one process: warm up, then ``--pairs`` pairs of decodes
+    with its run-time part on (`threads.watch`) and off (`threads.unwatch`), the pair's order
+    alternating; print ``{"watched_tokens_per_s", "unwatched_tokens_per_s", "ratio", "pairs",
+    "tokens", "runs_equal", "threads"}`` (medians over the pairs)."""
+    from casspec_ref.accel import threads
+
+    model, prompt = _load()
+    run = _runner(args.paired, model)
+    spent: list[float] = []
+    decodes(lambda: run(prompt, args.max_new_tokens), args.warmups, spent, args.cell_budget_s)
+    on: list[tuple[float, list[int]]] = []
+    off: list[tuple[float, list[int]]] = []
+    for i in range(args.pairs):
+        for watched in (False, True) if i % 2 == 0 else (True, False):
+            (threads.watch if watched else threads.unwatch)(model)
+            (on if watched else off).extend(
+                decodes(lambda: run(prompt, args.max_new_tokens), 1, [], 0)
+            )
+    threads.watch(model)
+    tokens = on[0][1]
+    record = {
+        "watched_tokens_per_s": statistics.median(len(t) / s for s, t in on),
+        "unwatched_tokens_per_s": statistics.median(len(t) / s for s, t in off),
+        "ratio": statistics.median(b[0] / a[0] for a, b in zip(on, off, strict=True)),
+        "pairs": args.pairs,
+        "tokens": tokens,
+        "runs_equal": all(t == tokens for _, t in on + off),
+        "threads": threads.apply().as_dict(),
     }
     print(json.dumps(record))
     return 0
@@ -287,6 +367,8 @@ def cell_record(
         "tokens_per_s": child.get("tokens_per_s"),
         "seconds": seconds,
         "new_tokens": None if tokens is None else len(tokens),
+        "runs_s": child.get("runs_s"),
+        "runs_equal": child.get("runs_equal"),
         "competitor_after_s": after,
         "competitor_in_decode": None if after is None or not seconds else after < seconds,
         "threads_mode": t.get("mode"),
@@ -333,7 +415,9 @@ def compare_tokens(
         if got is None:
             continue
         cell["first_difference"] = first_difference(got, reference)
-        cell["equal_to_quiet_ar"] = cell["first_difference"] is None
+        cell["equal_to_quiet_ar"] = (
+            cell["first_difference"] is None and cell["runs_equal"] is not False
+        )
         if not cell["equal_to_quiet_ar"]:
             where = {k: cell[k] for k in ("repeat", "setting", "method", "condition")}
             differences.append(
@@ -349,8 +433,11 @@ def median_ratio(pairs: Iterable[tuple[float | None, float | None]]) -> float | 
     return round(statistics.median(ratios), 4) if ratios else None
 
 
-def summarize(cells: list[dict[str, Any]], repeats: int) -> dict[str, list[dict[str, Any]]]:
-    """``rates``, ``speedups`` and ``quiet_cost`` from the cells (see the module docstring)."""
+def summarize(
+    cells: list[dict[str, Any]], repeats: int, paired: list[dict[str, Any]] | None = None
+) -> dict[str, list[dict[str, Any]]]:
+    """``rates``, ``speedups`` and ``quiet_cost`` from the cells and the paired quiet costs
+    (see the module docstring)."""
     rate = {
         (c["repeat"], c["setting"], c["method"], c["condition"]): c["tokens_per_s"] for c in cells
     }
@@ -379,7 +466,11 @@ def summarize(cells: list[dict[str, Any]], repeats: int) -> dict[str, list[dict[
                 "switching": all(allowed) if allowed else None,
             }
         )
-    return {"rates": rates, **_speedups_and_cost(r, keys, reps)}
+    out = {"rates": rates, **_speedups_and_cost(r, keys, reps)}
+    for row in out["quiet_cost"]:
+        ratios = [p["ratio"] for p in paired or [] if p["method"] == row["method"] and p["ratio"]]
+        row["policy_over_unwatched"] = round(statistics.median(ratios), 4) if ratios else None
+    return out
 
 
 def _speedups_and_cost(
@@ -419,27 +510,64 @@ def _speedups_and_cost(
 
 
 # ----------------------------------------------------------------------------- the run
-def plan(settings: list[str], methods: list[str], conditions: list[str]) -> list[tuple]:
-    """One repeat's cells, (setting, method, condition), conditions in turn, quiet first."""
+def plan(
+    settings: list[str], methods: list[str], conditions: list[str], slow: bool = True
+) -> list[tuple]:
+    """One repeat's cells, (setting, method, condition), conditions in turn, quiet first;
+    without torch's defaults beside a load unless ``slow``."""
     order = sorted(conditions, key=CONDITIONS.index)
     return [
         (s, m, c)
         for c in order
         for s in settings
-        if c == "quiet" or s not in QUIET_ONLY
+        if c == "quiet" or (s not in QUIET_ONLY and (slow or s != "inherited"))
         for m in methods
     ]
 
 
+def measure_paired(method: str, repeat: int, args: argparse.Namespace) -> dict[str, Any]:
+    """The policy's paired quiet cost for ``method`` (`run_paired`), as a row of ``paired``
+    (its tokens under ``tokens``, kept aside by the caller)."""
+    child = run_cell_process(["--paired", method, "--pairs", str(args.pairs)], "policy", args, None)
+    t = child.get("threads") or {}
+    return {
+        "repeat": repeat,
+        "setting": "policy",
+        "method": method,
+        "condition": "paired",
+        **{k: child.get(k) for k in ("pairs", "watched_tokens_per_s", "unwatched_tokens_per_s")},
+        "ratio": None if child.get("ratio") is None else round(child["ratio"], 4),
+        "threads_at_end": t.get("threads"),
+        "most_others_seen": t.get("most_others_seen"),
+        "runs_equal": child.get("runs_equal"),
+        "equal_to_quiet_ar": None,
+        "first_difference": None,
+        "error": child.get("error"),
+        "tokens": child.get("tokens"),
+    }
+
+
 def run_all(
     args: argparse.Namespace, settings: list[str], methods: list[str], conditions: list[str]
-) -> tuple[list[dict[str, Any]], list[list[int] | None]]:
-    """Every cell of every repeat, in order: the flat cells and each cell's tokens."""
+) -> tuple[list[dict[str, Any]], list[list[int] | None], list[dict[str, Any]]]:
+    """Every cell of every repeat, in order: the flat cells, each cell's tokens, and the paired
+    quiet costs (`measure_paired`, first in each repeat; their tokens under ``tokens``)."""
     cells: list[dict[str, Any]] = []
     tokens: list[list[int] | None] = []
+    paired: list[dict[str, Any]] = []
     for repeat in range(args.repeats):
+        for method in [m for m in methods if m != "hf"] if "policy" in settings else []:
+            if args.pairs:
+                paired.append(measure_paired(method, repeat, args))
+                shown = paired[-1]["ratio"]
+                print(
+                    f"{repeat} {'policy':10s} {'paired':14s} {method:8s} "
+                    + (f"{shown:6.3f} on/off" if shown else f"failed: {paired[-1]['error']}"),
+                    file=sys.stderr,
+                )
         quiet_s: dict[tuple[str, str], float] = {}
-        for setting, method, condition in plan(settings, methods, conditions):
+        slow = repeat < args.inherited_repeats
+        for setting, method, condition in plan(settings, methods, conditions, slow):
             child, after = measure(method, setting, condition, args, quiet_s.get((setting, method)))
             if condition == "quiet" and child.get("seconds"):
                 quiet_s[setting, method] = child["seconds"]
@@ -452,7 +580,7 @@ def run_all(
                 + (f"{shown:6.1f} tok/s" if shown else f"failed: {cell['error']}"),
                 file=sys.stderr,
             )
-    return cells, tokens
+    return cells, tokens, paired
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -462,6 +590,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--methods", default=",".join(METHODS), help="among ar,cas-spec,hf")
     parser.add_argument("--settings", default=",".join(SETTINGS), help=", ".join(SETTINGS))
     parser.add_argument("--conditions", default=",".join(CONDITIONS), help=",".join(CONDITIONS))
+    parser.add_argument("--warmups", type=int, default=2, help="warm-up decodes per cell")
+    parser.add_argument("--timed-runs", type=int, default=3, help="timed decodes per cell")
+    parser.add_argument(
+        "--cell-budget-s",
+        type=float,
+        default=60.0,
+        help="seconds of decoding after which a cell runs no further warm-up or timed decode",
+    )
+    parser.add_argument("--pairs", type=int, default=4, help="paired quiet cost: pairs (0: none)")
+    parser.add_argument(
+        "--inherited-repeats",
+        type=int,
+        default=1,
+        help="repeats that run torch's defaults beside a load",
+    )
     parser.add_argument(
         "--mid-run-fraction",
         type=float,
@@ -473,8 +616,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, help="write busy_machine.json into this folder")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--compete", type=float, help=argparse.SUPPRESS)
+    parser.add_argument("--paired", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.child or args.compete is not None:
+    if args.child or args.paired or args.compete is not None:
         return args
     args.methods = [m for m in args.methods.split(",") if m]
     args.settings = [s for s in args.settings.split(",") if s]
@@ -488,8 +632,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             parser.error(f"{flag}={','.join(given)}: allowed are {', '.join(allowed)}")
     if "quiet" not in args.conditions:
         parser.error("--conditions must include quiet: the ratios are taken against it")
-    if args.max_new_tokens < 1 or args.repeats < 1:
-        parser.error("--max-new-tokens and --repeats must be >= 1")
+    if min(args.max_new_tokens, args.repeats, args.warmups, args.timed_runs) < 1:
+        parser.error("--max-new-tokens, --repeats, --warmups and --timed-runs must be >= 1")
+    if min(args.pairs, args.inherited_repeats) < 0 or args.cell_budget_s <= 0:
+        parser.error("--pairs and --inherited-repeats must be >= 0, --cell-budget-s > 0")
     if not 0 <= args.mid_run_fraction < 1:
         parser.error(f"--mid-run-fraction={args.mid_run_fraction}: must be in [0, 1)")
     return args
@@ -498,7 +644,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.child:
-        return run_child(args.child, args.max_new_tokens)
+        return run_child(args)
+    if args.paired:
+        return run_paired(args)
     if args.compete is not None:
         return run_competitor(args.compete)
     methods = args.methods
@@ -511,8 +659,9 @@ def main(argv: list[str] | None = None) -> int:
     from casspec_ref.accel import threads
 
     load_start = threads.machine_load()
-    cells, tokens = run_all(args, args.settings, methods, args.conditions)
-    reference, differences = compare_tokens(cells, tokens, args.settings)
+    cells, tokens, paired = run_all(args, args.settings, methods, args.conditions)
+    paired_tokens = [row.pop("tokens") for row in paired]
+    reference, differences = compare_tokens(cells + paired, tokens + paired_tokens, args.settings)
     record = {
         "benchmark": "busy_machine",
         "settings": {
@@ -522,6 +671,10 @@ def main(argv: list[str] | None = None) -> int:
             "methods": methods,
             "thread_settings": args.settings,
             "conditions": args.conditions,
+            **{
+                k: getattr(args, k)
+                for k in ("warmups", "timed_runs", "cell_budget_s", "pairs", "inherited_repeats")
+            },
             "mid_run_fraction": args.mid_run_fraction,
             "competitor_s": args.competitor_s,
             "child_timeout_s": args.child_timeout,
@@ -531,7 +684,8 @@ def main(argv: list[str] | None = None) -> int:
             shlex.join(["python", "benchmarks/busy_machine.py", *sys.argv[1:]]),
         ),
         "cells": cells,
-        **summarize(cells, args.repeats),
+        "paired": paired,
+        **summarize(cells, args.repeats, paired),
         "reference": reference,
         "differences": differences,
     }

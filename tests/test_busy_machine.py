@@ -48,6 +48,33 @@ def test_a_repeat_runs_quiet_first_and_one_thread_only_quiet(busy: ModuleType) -
     ]
 
 
+def test_torchs_defaults_beside_a_load_run_only_in_the_slow_repeats(busy: ModuleType) -> None:
+    settings, conditions = ["policy", "inherited"], ["quiet", "competitor"]
+    slow = busy.plan(settings, ["ar"], conditions, slow=True)
+    assert ("inherited", "ar", "competitor") in slow and len(slow) == 4
+    fast = busy.plan(settings, ["ar"], conditions, slow=False)
+    assert fast == [
+        ("policy", "ar", "quiet"),
+        ("inherited", "ar", "quiet"),
+        ("policy", "ar", "competitor"),
+    ]
+
+
+def test_a_cell_decodes_once_more_only_while_under_its_budget(busy: ModuleType) -> None:
+    """The first decode always runs; the next ones only while the cell's seconds so far (the
+    ones given, and each decode's own) are under the budget."""
+    calls: list[int] = []
+
+    def decode() -> list[int]:
+        calls.append(1)
+        return [len(calls)]
+
+    assert [t for _, t in busy.decodes(decode, 3, [], 1e9)] == [[1], [2], [3]]
+    assert [t for _, t in busy.decodes(decode, 3, [5.0], 1.0)] == [[4]]  # over budget already
+    spent: list[float] = []
+    assert len(busy.decodes(decode, 1, spent, 1e9)) == 1 and len(spent) == 1
+
+
 def test_every_generation_is_compared_with_the_quiet_naive_loops(busy: ModuleType) -> None:
     keys = [
         (0, "inherited", "ar", "quiet"),
@@ -69,6 +96,10 @@ def test_every_generation_is_compared_with_the_quiet_naive_loops(busy: ModuleTyp
         ("hf", [1, 2]),
     ]
     assert busy.compare_tokens(cells[3:4], tokens[3:4], ["policy"]) == (None, [])
+    cells[1]["runs_equal"] = False  # one of its timed decodes gave other tokens
+    _, differences = busy.compare_tokens(cells, tokens, ["policy", "inherited"])
+    assert cells[1]["equal_to_quiet_ar"] is False and cells[1]["first_difference"] is None
+    assert [d["repeat"] for d in differences if d["method"] == "ar"] == [1]
 
 
 def test_the_figures_are_medians_of_ratios_within_a_repeat(busy: ModuleType) -> None:
@@ -104,8 +135,15 @@ def test_the_figures_are_medians_of_ratios_within_a_repeat(busy: ModuleType) -> 
         "policy_over_inherited": 1.0,  # of 0.8, 1.0, 1.5
         "policy_over_one_thread": 2.0,  # of 2.0, 2.0, 1.5
         "inherited_over_one_thread": 2.0,  # of 2.5, 2.0, 1.0
+        "policy_over_unwatched": None,  # no paired measurement
     }
     assert cost["cas-spec"]["policy_over_inherited"] is None  # no inherited cell to compare
+    paired = [
+        {"method": "ar", "ratio": r} for r in (0.99, 0.97, None, 1.02)
+    ]  # None: a failed child
+    cost = {c["method"]: c for c in busy.summarize(cells, 3, paired)["quiet_cost"]}
+    assert cost["ar"]["policy_over_unwatched"] == 0.99  # median of 0.99, 0.97, 1.02
+    assert cost["cas-spec"]["policy_over_unwatched"] is None
 
 
 @pytest.mark.parametrize(
@@ -116,6 +154,9 @@ def test_the_figures_are_medians_of_ratios_within_a_repeat(busy: ModuleType) -> 
         (["--methods", "ar,beam"], "--methods=ar,beam: allowed are ar, cas-spec, hf"),
         (["--repeats", "0"], "must be >= 1"),
         (["--mid-run-fraction", "1.5"], "must be in [0, 1)"),
+        (["--timed-runs", "0"], "--timed-runs must be >= 1"),
+        (["--pairs", "-1"], "--pairs and --inherited-repeats must be >= 0"),
+        (["--cell-budget-s", "0"], "--cell-budget-s > 0"),
     ],
 )
 def test_bad_arguments_say_what_is_allowed(
@@ -131,6 +172,7 @@ def test_the_defaults_measure_long_decodes_under_every_condition(busy: ModuleTyp
     assert (args.max_new_tokens, args.repeats) == (128, 3)
     assert args.conditions == ["quiet", "competitor", "decoder", "competitor-mid"]
     assert args.settings == ["policy", "inherited", "one-thread"]
+    assert (args.warmups, args.timed_runs, args.pairs, args.inherited_repeats) == (2, 3, 4, 1)
 
 
 def test_a_mid_run_cell_says_whether_its_competitor_met_the_decode(busy: ModuleType) -> None:

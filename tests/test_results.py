@@ -169,6 +169,10 @@ def test_the_busy_machine_targets_are_judged_from_the_record(records: dict) -> N
     section = results.render({**records, "busy_machine": busy}).split("## A busy machine", 1)[1]
     assert f"{band} 0.899 | no |" in section
     assert "| `ar` quiet, `policy` over `inherited` | >= 0.97 | 0.969 | no |" in section
+    busy["quiet_cost"][0]["policy_over_unwatched"] = 0.98  # a paired figure is judged first
+    section = results.render({**records, "busy_machine": busy}).split("## A busy machine", 1)[1]
+    paired = "| `ar` quiet, `policy` over its run-time part off (paired) | >= 0.97 | 0.980 | yes |"
+    assert paired in section and "quiet, `policy` over `inherited` |" not in section
     bare = {**BUSY, "quiet_cost": []}  # no figure for any target
     assert "The policy's targets:" not in results.render({**records, "busy_machine": bare})
 

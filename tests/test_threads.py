@@ -317,3 +317,33 @@ def test_a_policy_that_holds_its_count_sends_the_prompt_whole(
     model = Transformer(tiny_llama(vocab_size=32, max_seq_len=64))
     threads.watch(model)
     assert model.prompt_rows is None
+
+
+def test_unwatch_removes_the_hooks_and_the_prompt_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`unwatch` leaves the model as it was before `watch` (the baseline of the busy-machine
+    benchmark's paired quiet cost): no forward reaches a monitor, the prompt goes whole, and a
+    second `watch` installs the hooks again."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv(threads.ENV_VAR, raising=False)
+    monkeypatch.setattr(threads, "sample_load", lambda: Load(2, 0.0, 0.1))
+    seen: list[Hashable] = []
+
+    class Recording(Monitor):
+        def observe(self, key: Hashable, seconds: float) -> int | None:
+            seen.append(key)
+            return super().observe(key, seconds)
+
+    monkeypatch.setattr(threads, "Monitor", Recording)
+    model = random_init_(Transformer(tiny_llama(vocab_size=32, max_seq_len=64)).double(), seed=3)
+    threads.apply().switching = True
+    threads.watch(model)
+    assert model.prompt_rows == threads.SWITCHED_ROWS
+    generate_ar(model, PROMPT, 3)
+    assert len(seen) == 3  # the prompt and two steps
+    threads.unwatch(model)
+    assert model.prompt_rows is None and not model._forward_hooks and not model._forward_pre_hooks
+    generate_ar(model, PROMPT, 3)
+    assert len(seen) == 3
+    threads.watch(model)
+    generate_ar(model, PROMPT, 3)
+    assert len(seen) == 6 and model.prompt_rows == threads.SWITCHED_ROWS

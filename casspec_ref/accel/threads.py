@@ -373,9 +373,21 @@ def watch(model: Any) -> None:
         if wanted is not None:  # between two forwards: the next one runs on the new count
             torch.set_num_threads(wanted)
 
-    model.register_forward_pre_hook(before, with_kwargs=True)
-    model.register_forward_hook(after, with_kwargs=True)
-    model._thread_monitor = monitor
+    hooks = (
+        model.register_forward_pre_hook(before, with_kwargs=True),
+        model.register_forward_hook(after, with_kwargs=True),
+    )
+    model._thread_monitor, model._thread_hooks = monitor, hooks
+
+
+def unwatch(model: Any) -> None:
+    """Undo `watch`: the hooks are removed and the prompt goes in one forward again; the
+    thread count stays where it is. A comparison's baseline: the same process, the same count,
+    without the policy's run-time part (``benchmarks/busy_machine.py`` measures its cost so)."""
+    for hook in getattr(model, "_thread_hooks", ()):
+        hook.remove()
+    model._thread_monitor, model._thread_hooks = None, ()
+    model.prompt_rows = None
 
 
 # ----------------------------------------------------------------------------- run records

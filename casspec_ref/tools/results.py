@@ -407,13 +407,17 @@ SPEEDUP_BAND = (0.9, 1.1)
 def _busy_target_lines(record: dict[str, Any]) -> list[str]:
     """Each target of the policy beside its figure in this record, and whether it is met."""
     by = {(r["setting"], r["method"], r["condition"]): r for r in record["rates"]}
-    cost = {c["method"]: c.get("policy_over_inherited") for c in record.get("quiet_cost") or []}
+    costs = record.get("quiet_cost") or []
+    paired = any(c.get("policy_over_unwatched") is not None for c in costs)
+    key = "policy_over_unwatched" if paired else "policy_over_inherited"
+    versus = "its run-time part off (paired)" if paired else "`inherited`"
+    cost = {c["method"]: c.get(key) for c in costs}
     drift = {r["condition"]: r for r in record.get("speedups") or [] if r["setting"] == "policy"}
     checks: list[tuple[str, float | None, float, float | None]] = []
     for m in ("ar", "cas-spec"):
         kept = (by.get(("policy", m, "competitor")) or {}).get("over_quiet")
         checks.append((f"`{m}` beside a competitor, over quiet", kept, COMPETITOR_FLOOR, None))
-        checks.append((f"`{m}` quiet, `policy` over `inherited`", cost.get(m), QUIET_FLOOR, None))
+        checks.append((f"`{m}` quiet, `policy` over {versus}", cost.get(m), QUIET_FLOOR, None))
     moved = (drift.get("competitor") or {}).get("over_quiet_speedup")
     checks.append(("speedup beside a competitor, over the quiet speedup", moved, *SPEEDUP_BAND))
     shown = []
