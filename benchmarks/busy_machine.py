@@ -70,9 +70,11 @@ Output: one JSON record, printed and written to ``<out>/busy_machine.json`` with
          "first_difference", "error"}
       ],
       "paired": [  # the policy's run-time part on and off in one quiet process
-        {"repeat", "method", "pairs", "watched_tokens_per_s", "unwatched_tokens_per_s",
+        {"repeat", "setting", "method", "condition",  # "policy", "paired"
+         "pairs", "watched_tokens_per_s", "unwatched_tokens_per_s",
          "ratio",                 # median over pairs of watched / unwatched
-         "threads_at_end", "most_others_seen", "equal_to_quiet_ar", "error"}
+         "threads_at_end", "most_others_seen", "runs_equal", "equal_to_quiet_ar",
+         "first_difference", "error"}
       ],
       "rates": [  # per setting, method and condition
         {"setting", "method", "condition", "tokens_per_s",  # median over repeats
@@ -114,6 +116,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -284,16 +287,14 @@ def run_child(args: argparse.Namespace) -> int:
     from casspec_ref.accel import threads
 
     model, prompt = _load()
-    run = _runner(args.child, model)
+    decode = partial(_runner(args.child, model), prompt, args.max_new_tokens)
     spent: list[float] = []
-    decodes(lambda: run(prompt, args.max_new_tokens), args.warmups, spent, args.cell_budget_s / 2)
+    decodes(decode, args.warmups, spent, args.cell_budget_s / 2)
     policy = threads.apply()
     at_start, switches = policy.threads, len(policy.switches)
     print(TIMED, flush=True)
     spent.clear()
-    timed = decodes(
-        lambda: run(prompt, args.max_new_tokens), args.timed_runs, spent, args.cell_budget_s / 2
-    )
+    timed = decodes(decode, args.timed_runs, spent, args.cell_budget_s / 2)
     runs_s = [seconds for seconds, _ in timed]
     tokens = timed[0][1]
     record = {
@@ -318,23 +319,22 @@ def run_paired(args: argparse.Namespace) -> int:
     from casspec_ref.accel import threads
 
     model, prompt = _load()
-    run = _runner(args.paired, model)
-    spent: list[float] = []
-    decodes(lambda: run(prompt, args.max_new_tokens), args.warmups, spent, args.cell_budget_s)
+    decode = partial(_runner(args.paired, model), prompt, args.max_new_tokens)
+    decodes(decode, args.warmups, [], args.cell_budget_s)
     on: list[tuple[float, list[int]]] = []
     off: list[tuple[float, list[int]]] = []
     for i in range(args.pairs):
         for watched in (False, True) if i % 2 == 0 else (True, False):
             (threads.watch if watched else threads.unwatch)(model)
-            (on if watched else off).extend(
-                decodes(lambda: run(prompt, args.max_new_tokens), 1, [], 0)
-            )
+            (on if watched else off).extend(decodes(decode, 1, [], 0))
     threads.watch(model)
     tokens = on[0][1]
     record = {
         "watched_tokens_per_s": statistics.median(len(t) / s for s, t in on),
         "unwatched_tokens_per_s": statistics.median(len(t) / s for s, t in off),
-        "ratio": statistics.median(b[0] / a[0] for a, b in zip(on, off, strict=True)),
+        "ratio": statistics.median(
+            off_s / on_s for (on_s, _), (off_s, _) in zip(on, off, strict=True)
+        ),
         "pairs": args.pairs,
         "tokens": tokens,
         "runs_equal": all(t == tokens for _, t in on + off),
@@ -556,15 +556,15 @@ def run_all(
     tokens: list[list[int] | None] = []
     paired: list[dict[str, Any]] = []
     for repeat in range(args.repeats):
-        for method in [m for m in methods if m != "hf"] if "policy" in settings else []:
-            if args.pairs:
-                paired.append(measure_paired(method, repeat, args))
-                shown = paired[-1]["ratio"]
-                print(
-                    f"{repeat} {'policy':10s} {'paired':14s} {method:8s} "
-                    + (f"{shown:6.3f} on/off" if shown else f"failed: {paired[-1]['error']}"),
-                    file=sys.stderr,
-                )
+        paired_methods = [m for m in methods if m != "hf"] if "policy" in settings else []
+        for method in paired_methods if args.pairs else []:
+            paired.append(measure_paired(method, repeat, args))
+            shown = paired[-1]["ratio"]
+            print(
+                f"{repeat} {'policy':10s} {'paired':14s} {method:8s} "
+                + (f"{shown:6.3f} on/off" if shown else f"failed: {paired[-1]['error']}"),
+                file=sys.stderr,
+            )
         quiet_s: dict[tuple[str, str], float] = {}
         slow = repeat < args.inherited_repeats
         for setting, method, condition in plan(settings, methods, conditions, slow):
