@@ -598,7 +598,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=60.0,
         help="seconds of decoding after which a cell runs no further warm-up or timed decode",
     )
-    parser.add_argument("--pairs", type=int, default=4, help="paired quiet cost: pairs (0: none)")
+    parser.add_argument("--pairs", type=int, default=8, help="paired quiet cost: pairs (0: none)")
     parser.add_argument(
         "--inherited-repeats",
         type=int,

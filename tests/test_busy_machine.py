@@ -172,7 +172,7 @@ def test_the_defaults_measure_long_decodes_under_every_condition(busy: ModuleTyp
     assert (args.max_new_tokens, args.repeats) == (128, 3)
     assert args.conditions == ["quiet", "competitor", "decoder", "competitor-mid"]
     assert args.settings == ["policy", "inherited", "one-thread"]
-    assert (args.warmups, args.timed_runs, args.pairs, args.inherited_repeats) == (2, 3, 4, 1)
+    assert (args.warmups, args.timed_runs, args.pairs, args.inherited_repeats) == (2, 3, 8, 1)
 
 
 def test_a_mid_run_cell_says_whether_its_competitor_met_the_decode(busy: ModuleType) -> None:

@@ -7,6 +7,8 @@ machine), so each verdict is fixed: nothing depends on which BLAS this machine h
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 import torch
 
@@ -14,11 +16,12 @@ from casspec_ref.accel import invariance
 from casspec_ref.base.kernels import Form
 
 
-def _count_dependent(x: torch.Tensor) -> torch.Tensor:
-    """Row-wise sums whose order depends on the number of rows: left to right for one row,
-    right to left for more (float32: the two orders round differently on most rows)."""
+def _count_dependent(x: torch.Tensor, above: int = 1) -> torch.Tensor:
+    """Row-wise sums whose order depends on the number of rows: left to right for up to
+    ``above`` rows, right to left for more (float32: the two orders round differently on most
+    rows)."""
     cols = x.unbind(-1)
-    order = cols if len(x) == 1 else cols[::-1]
+    order = cols if len(x) <= above else cols[::-1]
     out = torch.zeros(len(x), dtype=x.dtype)
     for col in order:
         out = out + col
@@ -32,8 +35,19 @@ def test_rows_agree_says_no_to_a_row_count_dependent_sum_and_yes_to_a_row_wise_o
     assert invariance.rows_agree(lambda rows: 2 * rows, x, (1,), gen)
 
 
+def test_rows_agree_checks_every_row_count_up_to_the_block() -> None:
+    """A sum that changes its order past 40 rows passes a `HEAD_ROWS` block and fails a
+    `FULL_ROWS` block: the check covers the counts a prompt's piece has, and only its block's."""
+    past_forty = partial(_count_dependent, above=40)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(invariance.FULL_ROWS, 40, generator=gen)
+    assert invariance.rows_agree(past_forty, x[: invariance.HEAD_ROWS], (1,), gen)
+    assert not invariance.rows_agree(past_forty, x, (1,), gen)
+
+
 def test_invariant_form_returns_the_first_form_that_passes(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``linear`` made to round by row count, ``wxt`` row-wise: the check skips the first; with
+    """``linear`` made to round by row count (over 256 inputs, so that its two orders round
+    apart on the row a one-row window draws), ``wxt`` row-wise: the check skips the first; with
     every form made to round by row count it finds none."""
 
     def fake(form: Form, rows: torch.Tensor, weight: torch.Tensor, bias: None) -> torch.Tensor:
@@ -41,8 +55,8 @@ def test_invariant_form_returns_the_first_form_that_passes(monkeypatch: pytest.M
 
     monkeypatch.setattr(invariance, "apply_form", fake)
     ranked = [Form("linear"), Form("wxt")]
-    assert invariance.invariant_form((8, 16), torch.float32, (1,), ranked) == Form("wxt")
-    assert invariance.invariant_form((8, 16), torch.float32, (1,), ranked[:1]) is None
+    assert invariance.invariant_form((8, 256), torch.float32, (1,), ranked) == Form("wxt")
+    assert invariance.invariant_form((8, 256), torch.float32, (1,), ranked[:1]) is None
 
 
 def test_ranked_forms_puts_the_cheapest_timed_form_first() -> None:

@@ -180,7 +180,9 @@ def test_a_start_beside_busy_cores_checks_at_its_own_count_and_holds_it(
     monkeypatch.setattr(threads, "read_cpu_times", lambda: CpuTimes(0, 0, 1, 0, 2))
     levels_checked: list[tuple[int, ...]] = []
 
-    def fake_check(wanted: object, dtype: torch.dtype, levels: tuple[int, ...], table: object):
+    def fake_check(
+        wanted: object, dtype: torch.dtype, levels: tuple[int, ...], table: object, head: object
+    ) -> invariance.Report:
         levels_checked.append(levels)
         return invariance.Report(dtype, levels, attention=True)
 
@@ -344,9 +346,9 @@ def test_forms_whose_bits_depend_on_the_thread_count_are_never_chosen(
 def test_switching_threads_is_allowed_only_where_a_forward_keeps_its_bits() -> None:
     """The thread policy switches counts during a run only if every shape's invariant form and
     the attention passed the check at 1 and 2 threads (`check_invariance`). Then the target's
-    forwards of 1..32 rows (after a prompt run on every thread) must
-    give the same bits on either count; where they do not, the check must have said no. A
-    model of SmolLM2's widths, two layers."""
+    forwards of 1..32 rows (after a prompt run on every thread), and prompt pieces of up to 64
+    rows that compute the last row's logits only, must give the same bits on either count;
+    where they do not, the check must have said no. A model of SmolLM2's widths, two layers."""
     from casspec_ref.base.random_weights import random_init_
     from casspec_ref.config import tiny_llama
     from casspec_ref.kv_cache import KVCache
@@ -355,8 +357,8 @@ def test_switching_threads_is_allowed_only_where_a_forward_keeps_its_bits() -> N
     widths = {"d_model": 576, "n_heads": 9, "n_kv_heads": 3, "d_ff": 1536}
     config = tiny_llama(**widths, n_layers=2, vocab_size=512, max_seq_len=360)
     model = random_init_(Transformer(config), seed=0, std=0.05)
-    shapes = kernel_table.model_shapes(model)
-    allowed = kernel_table.check_invariance(shapes, torch.float32, (1, 2)).complete
+    shapes, head = kernel_table.model_shapes(model), kernel_table.head_only_shapes(model)
+    allowed = kernel_table.check_invariance(shapes, torch.float32, (1, 2), None, head).complete
     previous = torch.get_num_threads()
     tokens = torch.randint(
         0, config.vocab_size, (1, 340), generator=torch.Generator().manual_seed(1)
@@ -364,15 +366,52 @@ def test_switching_threads_is_allowed_only_where_a_forward_keeps_its_bits() -> N
     same = True
     try:
         for past in (40, 300):
-            for rows in (1, 2, 5, 9, 16, 25, 32):
+            for rows, last_only in [(r, False) for r in (1, 2, 5, 9, 16, 25, 32)] + [
+                (40, True),
+                (64, True),
+            ]:
                 logits = []
                 for n in (1, 2):
                     torch.set_num_threads(2)
                     cache = KVCache(config, config.max_seq_len)
                     model(tokens[:, :past], cache=cache)
                     torch.set_num_threads(n)
-                    logits.append(model(tokens[:, past : past + rows], cache=cache))
-                same = same and torch.equal(logits[0], logits[1])
+                    new = tokens[:, past : past + rows]
+                    logits.append(model(new, cache=cache, last_only=last_only))
+                    logits.append(cache.k[..., : past + rows, :].clone())  # the K/V it wrote
+                same = same and all(torch.equal(logits[i], logits[i + 2]) for i in (0, 1))
     finally:
         torch.set_num_threads(previous)
     assert same or not allowed, "switching allowed, but a forward changed its bits with threads"
+
+
+def test_the_head_is_checked_to_the_rows_its_forwards_compute(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`head_only_shapes` finds the LM head's shape (tied, untied, GPT-2's position table left
+    out; not when a body weight shares it) and `check_invariance` checks it to `HEAD_ROWS` rows,
+    every other shape to `FULL_ROWS`."""
+    from casspec_ref.config import tiny_gpt2, tiny_llama
+    from casspec_ref.model import Transformer
+
+    with torch.device("meta"):
+        llama = Transformer(tiny_llama(vocab_size=61))
+        gpt2 = Transformer(tiny_gpt2(vocab_size=53))
+        shared = Transformer(tiny_llama(vocab_size=48))  # the head's shape is the MLP's up
+    assert kernel_table.head_only_shapes(llama) == {(61, llama.config.d_model)}
+    assert kernel_table.head_only_shapes(gpt2) == {(53, gpt2.config.d_model)}
+    assert kernel_table.head_only_shapes(shared) == set()
+    rows_of: dict[tuple[int, int], int] = {}
+
+    def fake_form(shape, dtype, levels, ranked, rows):  # type: ignore[no-untyped-def]
+        rows_of[shape] = rows
+        return Form("wxt")
+
+    monkeypatch.setattr(invariance, "invariant_form", fake_form)
+    monkeypatch.setattr(invariance, "attention_agrees", lambda dtype, levels: True)
+    shapes = kernel_table.model_shapes(llama)
+    head = kernel_table.head_only_shapes(llama)
+    assert kernel_table.check_invariance(shapes, torch.float16, (1, 7), None, head).complete
+    assert rows_of == {
+        s: invariance.HEAD_ROWS if s in head else invariance.FULL_ROWS for s in shapes
+    }

@@ -172,8 +172,42 @@ def test_monitor_holds_the_count_when_switching_is_not_allowed() -> None:
 def test_large_forwards_always_run_on_every_thread_when_switching() -> None:
     p = policy(threads_now=1)
     assert [threads.threads_for(r, p) for r in (1, 32, 33, 500)] == [1, 1, 2, 2]
+    # a prompt's piece computes the last row's logits only: switched up to `PROMPT_ROWS` rows
+    assert [threads.threads_for(r, p, last_only=True) for r in (33, 64, 65)] == [1, 1, 2]
     held = policy(threads_now=1, switching=False)
     assert [threads.threads_for(r, held) for r in (1, 500)] == [1, 1]
+
+
+def test_the_hook_runs_a_prompt_piece_on_the_switched_count_and_a_large_tree_on_every_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`watch`'s hook reads ``last_only`` from the call: 40 rows computing the last row's logits
+    follow the switched count (1 here), 40 rows computing every row's run on every thread."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv(threads.ENV_VAR, raising=False)
+    monkeypatch.setattr(threads, "sample_load", lambda: Load(2, 0.0, 0.1))
+    monkeypatch.setattr(threads, "read_cpu_times", lambda: None)
+    model = random_init_(Transformer(tiny_llama(vocab_size=32, max_seq_len=64)).double(), seed=4)
+    p = threads.apply()
+    p.switching, p.threads, p.max_threads = True, 1, 2
+    threads.watch(model)
+    seen: list[int] = []
+    inner = model.forward
+
+    def recording(*args: Any, **kwargs: Any) -> torch.Tensor:
+        seen.append(torch.get_num_threads())
+        return inner(*args, **kwargs)
+
+    monkeypatch.setattr(model, "forward", recording)
+    tokens = torch.arange(40).remainder(32).unsqueeze(0)
+    before = torch.get_num_threads()
+    try:
+        model(tokens, last_only=True)
+        model(tokens)
+        model(tokens[:, :5])
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [1, 2, 1]
 
 
 def test_an_explicit_omp_num_threads_wins(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -261,28 +295,30 @@ def test_watch_sees_every_forward_of_a_speculative_decode(monkeypatch: pytest.Mo
 
 def test_the_switched_rows_are_the_checked_rows_and_hold_the_largest_tree() -> None:
     """Every forward that follows a switched count was checked at each count: every row count
-    up to `SWITCHED_ROWS` in the product check, a block that large in the attention check, and
-    DyTC's largest tree is no larger (else its verify would run on every thread)."""
+    up to `PROMPT_ROWS` in the body's product check and a block that large in the attention
+    check; up to `SWITCHED_ROWS` in the LM head's check, which only a forward computing every
+    row's logits applies to more than one row; DyTC's largest tree is no larger (else its
+    verify would run on every thread)."""
     from casspec_ref.accel import invariance
     from casspec_ref.dytc_config import DyTCConfig
 
-    assert invariance.ROW_COUNTS == tuple(range(1, threads.SWITCHED_ROWS + 1))
-    assert invariance.FULL_ROWS == max(invariance.ATTENTION_TOKENS) == threads.SWITCHED_ROWS
-    assert DyTCConfig().max_tree_size <= threads.SWITCHED_ROWS
+    assert invariance.FULL_ROWS == max(invariance.ATTENTION_TOKENS) == threads.PROMPT_ROWS
+    assert invariance.HEAD_ROWS == threads.SWITCHED_ROWS in invariance.ATTENTION_TOKENS
+    assert DyTCConfig().max_tree_size <= threads.SWITCHED_ROWS <= threads.PROMPT_ROWS
 
 
 @pytest.mark.parametrize("method", ["ar", "chain"])
 def test_a_switching_policy_sends_the_prompt_in_checked_pieces(
     monkeypatch: pytest.MonkeyPatch, method: str
 ) -> None:
-    """While the count may switch, the prompt goes in pieces of at most `SWITCHED_ROWS` rows
+    """While the count may switch, the prompt goes in pieces of at most `PROMPT_ROWS` rows
     (here 3, so that an 8-token prompt splits 3 + 3 + 2), in order, and the tokens are the
     one-forward prompt's."""
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.delenv(threads.ENV_VAR, raising=False)
     monkeypatch.setattr(threads, "sample_load", lambda: Load(2, 0.0, 0.1))
     monkeypatch.setattr(threads, "read_cpu_times", lambda: None)
-    monkeypatch.setattr(threads, "SWITCHED_ROWS", 3)
+    monkeypatch.setattr(threads, "PROMPT_ROWS", 3)
     model = random_init_(Transformer(tiny_llama(vocab_size=32, max_seq_len=64)).double(), seed=2)
     exit_early = ExecutionPlan(exit_after=1, name="exit")
 
@@ -337,7 +373,7 @@ def test_unwatch_removes_the_hooks_and_the_prompt_pieces(monkeypatch: pytest.Mon
     model = random_init_(Transformer(tiny_llama(vocab_size=32, max_seq_len=64)).double(), seed=3)
     threads.apply().switching = True
     threads.watch(model)
-    assert model.prompt_rows == threads.SWITCHED_ROWS
+    assert model.prompt_rows == threads.PROMPT_ROWS
     generate_ar(model, PROMPT, 3)
     assert len(seen) == 3  # the prompt and two steps
     threads.unwatch(model)
@@ -346,4 +382,4 @@ def test_unwatch_removes_the_hooks_and_the_prompt_pieces(monkeypatch: pytest.Mon
     assert len(seen) == 3
     threads.watch(model)
     generate_ar(model, PROMPT, 3)
-    assert len(seen) == 6 and model.prompt_rows == threads.SWITCHED_ROWS
+    assert len(seen) == 6 and model.prompt_rows == threads.PROMPT_ROWS

@@ -8,13 +8,14 @@ depends on the CPU and the library build: the model's target forwards ask for on
 weight shape (`casspec_ref.base.kernels.exact_linear` with ``shape_invariant``) and for the
 padded eager attention (`casspec_ref.model.attention`), and this module checks them here.
 
-The check (`rows_agree`): a block of `FULL_ROWS` random rows is computed whole; then windows of
-each size in `ROW_COUNTS`, each at a random offset, are computed alone, at every thread count the
-thread policy may use; the form passes if every window's rows equal the whole block's bit for
-bit. A kernel's order of additions is chosen from the shapes and the thread count, never from
-the values, so one random sample of each shape decides. Forms are tried cheapest first (by the
-kernel table's timings where it has them) and the first that passes is the shape's invariant
-form; a shape where none passes keeps the per-row-count form, and the report says so.
+The check (`rows_agree`): a block of `FULL_ROWS` random rows (`HEAD_ROWS` for the LM head's
+weight) is computed whole; then windows of every size up to the block's, each at a random offset,
+are computed alone, at every thread count the thread policy may use; the form passes if every
+window's rows equal the whole block's bit for bit. A kernel's order of additions is chosen from
+the shapes and the thread count, never from the values, so one random sample of each shape
+decides. Forms are tried cheapest first (by the kernel table's timings where it has them) and
+the first that passes is the shape's invariant form; a shape where none passes keeps the
+per-row-count form, and the report says so.
 """
 
 from __future__ import annotations
@@ -29,14 +30,17 @@ import torch
 from casspec_ref.base.kernels import Form, apply_form, base_forms
 from casspec_ref.model import attention, gathered_attention, visible_keys_first
 
-#: The window sizes checked: every row count up to `FULL_ROWS`, from the naive loop's one row to
-#: DyTC's largest tree (a verify forward) and a prompt's piece while the thread policy may
-#: switch counts (`casspec_ref.accel.threads.SWITCHED_ROWS`).
-FULL_ROWS = 32
-ROW_COUNTS = tuple(range(1, FULL_ROWS + 1))
+#: The row counts checked: every count up to `FULL_ROWS`, from the naive loop's one row to a
+#: prompt's piece while the thread policy may switch counts (`threads.PROMPT_ROWS`). The LM
+#: head's weight, which a prompt's forward applies to its last row only, is checked up to
+#: `HEAD_ROWS`: DyTC's largest tree, whose verify forward computes every row's logits
+#: (`threads.SWITCHED_ROWS`). The head is the largest product, so checking it to 64 rows would
+#: cost most of the check's time for rows no forward computes.
+FULL_ROWS = 64
+HEAD_ROWS = 32
 #: Attention is checked for these numbers of new tokens, against these numbers of cached keys,
 #: with this many query heads per KV head folded into the query axis (none, two, SmolLM2's three).
-ATTENTION_TOKENS = (3, 8, 24, FULL_ROWS)
+ATTENTION_TOKENS = (3, 8, HEAD_ROWS, FULL_ROWS)
 ATTENTION_PAST = (0, 63, 300)
 ATTENTION_GROUPS = (1, 2, 3)
 HEAD_DIM = 64
@@ -57,14 +61,14 @@ def threads_at(n: int) -> Iterator[None]:
 
 def rows_agree(rows_of: Rows, x: torch.Tensor, levels: Iterable[int], gen: torch.Generator) -> bool:
     """Whether ``rows_of`` (rows in, rows out, row ``i`` from input row ``i`` only) gives every
-    window of `ROW_COUNTS` rows of ``x`` at a random offset the same bits as the whole of ``x``,
-    at every thread count of ``levels``."""
+    window of ``x``'s rows, of every size up to ``len(x)``, at a random offset, the same bits as
+    the whole of ``x``, at every thread count of ``levels``."""
     levels = sorted(set(levels))
     with threads_at(levels[0]):
         whole = rows_of(x)
     for n in levels:
         with threads_at(n):
-            for size in ROW_COUNTS:
+            for size in range(1, len(x) + 1):
                 start = int(torch.randint(0, len(x) - size + 1, (1,), generator=gen))
                 if not torch.equal(rows_of(x[start : start + size]), whole[start : start + size]):
                     return False
@@ -72,14 +76,18 @@ def rows_agree(rows_of: Rows, x: torch.Tensor, levels: Iterable[int], gen: torch
 
 
 def invariant_form(
-    shape: tuple[int, int], dtype: torch.dtype, levels: Iterable[int], ranked: list[Form]
+    shape: tuple[int, int],
+    dtype: torch.dtype,
+    levels: Iterable[int],
+    ranked: list[Form],
+    rows: int = FULL_ROWS,
 ) -> Form | None:
-    """The first form of ``ranked`` whose rows agree (`rows_agree`) for a weight of ``shape``
-    ``(out, in)`` in ``dtype``; None if none does."""
+    """The first form of ``ranked`` whose rows agree (`rows_agree`, a block of ``rows`` rows)
+    for a weight of ``shape`` ``(out, in)`` in ``dtype``; None if none does."""
     gen = torch.Generator().manual_seed(0)
     out_f, in_f = shape
     weight = torch.randn(out_f, in_f, generator=gen).to(dtype)
-    x = torch.randn(FULL_ROWS, in_f, generator=gen).to(dtype)
+    x = torch.randn(rows, in_f, generator=gen).to(dtype)
     for form in ranked:
         if form.base == "split" and out_f % 2:
             continue

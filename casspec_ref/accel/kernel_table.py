@@ -548,10 +548,14 @@ _PROCESS_ONLY = MeasuredTable()
 
 
 def prepare(
-    shapes: Iterable[tuple[int, int]], dtype: torch.dtype, device: torch.device | str = "cpu"
+    shapes: Iterable[tuple[int, int]],
+    dtype: torch.dtype,
+    device: torch.device | str = "cpu",
+    head_only: Iterable[tuple[int, int]] = (),
 ) -> KernelTable:
     """Make the active table cover ``shapes`` in ``dtype``, as ``CASSPEC_KERNELS`` says, then
-    check which forms keep a target row's bits independent of its forward's shape.
+    check which forms keep a target row's bits independent of its forward's shape (``head_only``:
+    the shapes only the LM head has, checked to `invariance.HEAD_ROWS` rows; `head_only_shapes`).
 
     ``default``: nothing is timed (the per-row forms are the defaults). ``auto``: the cached
     table is installed and missing shapes are calibrated (`measure`) and cached, unless the
@@ -574,7 +578,7 @@ def prepare(
     table = _install_measured(wanted, dtype, mode) if mode != "default" else MeasuredTable()
     busy_start = policy.mode == "auto" and policy.threads < policy.max_threads
     levels = (policy.threads,) if busy_start else tuple(sorted({1, policy.max_threads}))
-    report = check_invariance(wanted, dtype, levels, table)
+    report = check_invariance(wanted, dtype, levels, table, set(head_only))
     if busy_start:
         note = f"started beside busy cores: checked at {policy.threads} thread only; it holds"
         threads.allow_switching(False, note)
@@ -606,8 +610,8 @@ def _install_measured(wanted: set[tuple[int, int]], dtype: torch.dtype, mode: st
     return table
 
 
-#: Checked invariant forms of this process: (out, in, dtype, thread counts) -> form or None.
-_INVARIANT: dict[tuple[int, int, torch.dtype, tuple[int, ...]], Form | None] = {}
+#: Checked invariant forms of this process: (out, in, dtype, thread counts, rows) -> form or None.
+_INVARIANT: dict[tuple[int, int, torch.dtype, tuple[int, ...], int], Form | None] = {}
 _ATTENTION: dict[tuple[torch.dtype, tuple[int, ...]], bool] = {}
 
 
@@ -616,17 +620,20 @@ def check_invariance(
     dtype: torch.dtype,
     levels: tuple[int, ...],
     table: MeasuredTable | None = None,
+    head_only: set[tuple[int, int]] | None = None,
 ) -> invariance.Report:
-    """Each shape's invariant form (cheapest first by ``table``'s one-row timings) and the
-    attention's check, installed in the active table and kept in `invariance.REPORTS`; each
-    shape and dtype is checked once per process."""
+    """Each shape's invariant form (cheapest first by ``table``'s one-row timings; to
+    `invariance.HEAD_ROWS` rows for the shapes of ``head_only``, `invariance.FULL_ROWS` for the
+    others) and the attention's check, installed in the active table and kept in
+    `invariance.REPORTS`; each shape and dtype is checked once per process."""
     timings = {} if table is None else table.timings_us
     report = invariance.Report(dtype, levels)
     for o, i in sorted(wanted):
-        key = (o, i, dtype, levels)
+        rows = invariance.HEAD_ROWS if (o, i) in (head_only or set()) else invariance.FULL_ROWS
+        key = (o, i, dtype, levels, rows)
         if key not in _INVARIANT:
             ranked = invariance.ranked_forms(dtype, timings.get((o, i, dtype, 1)))
-            _INVARIANT[key] = invariance.invariant_form((o, i), dtype, levels, ranked)
+            _INVARIANT[key] = invariance.invariant_form((o, i), dtype, levels, ranked, rows)
         form = _INVARIANT[key]
         report.forms[(o, i)] = form
         if form is not None:
@@ -735,6 +742,17 @@ def model_shapes(model: torch.nn.Module) -> set[tuple[int, int]]:
         for n, p in model.named_parameters()
         if p.dim() == 2 and (not n.endswith("emb.weight") or n == "tok_emb.weight")
     }
+
+
+def head_only_shapes(model: torch.nn.Module) -> set[tuple[int, int]]:
+    """The shapes of `model_shapes` that only the LM head has (``head.weight``, or the tied
+    ``tok_emb.weight``): no forward applies them to more rows than its logits need."""
+    head = {"head.weight", "tok_emb.weight"}
+    shapes = {
+        n: (int(p.shape[0]), int(p.shape[1])) for n, p in model.named_parameters() if p.dim() == 2
+    }
+    body = {s for n, s in shapes.items() if n not in head and not n.endswith("emb.weight")}
+    return {s for n, s in shapes.items() if n in head} - body
 
 
 def main(argv: list[str] | None = None) -> int:

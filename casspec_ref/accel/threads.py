@@ -26,14 +26,18 @@ CPU this was written on, MKL's float32 product of 5-11 rows, and attention for o
 So the count switches during a run only if the target's shape-invariant forms (every weight
 shape's product form and the attention) were checked to give the same bits at 1 and
 `Policy.max_threads` threads (`casspec_ref.accel.invariance`, run by
-`casspec_ref.accel.kernel_table.prepare`, then `allow_switching`), and only for forwards of at
-most `SWITCHED_ROWS` new tokens, the row counts checked (`threads_for`: a larger forward runs on
-every thread). So that no forward of a decode is larger, `watch` has the loops send a prompt in
-forwards of at most `SWITCHED_ROWS` rows (`Transformer.prompt_rows`, read by
-`casspec_ref.generate.run_prompt`; the same bits as one forward, by the same shape invariance),
-and DyTC's largest tree is no larger: a forward that ran on every thread beside a busy core
-would wait at every barrier for the thread that lost its core. A draft's forwards may round
-differently after a switch; a draft only proposes tokens, so no output changes.
+`casspec_ref.accel.kernel_table.prepare`, then `allow_switching`), and only for forwards within
+the row counts checked (`threads_for`: a larger forward runs on every thread): at most
+`SWITCHED_ROWS` new tokens where every row's logits are computed (a verify forward; DyTC's
+largest tree is no larger), at most `PROMPT_ROWS` where only the last row's are (a prompt's
+forward, ``last_only``: the LM head, the largest product, sees one row). So that no forward of a
+decode is larger, `watch` has the loops send a prompt in forwards of at most `PROMPT_ROWS` rows
+(`Transformer.prompt_rows`, read by `casspec_ref.generate.run_prompt`; the same bits as one
+forward, by the same shape invariance): a forward that ran on every thread beside a busy core
+would wait at every barrier for the thread that lost its core. Each piece past the first is one
+more pass over the weights, so a prompt of up to `PROMPT_ROWS` tokens costs nothing extra. A
+draft's forwards may round differently after a switch; a draft only proposes tokens, so no
+output changes.
 A process that starts beside busy cores, on one thread, is checked at one thread only and holds
 it (a check on every thread would stall there as a forward does). Otherwise too the count
 chosen at start holds for the process; the `Monitor` still reads the load and reports the most
@@ -69,10 +73,13 @@ DOWN_SLACK = 0.5
 #: ... and come back once they leave at least ``max_threads - UP_SLACK`` free, twice in a row.
 UP_SLACK = 0.2
 UP_CONFIRM = 2
-#: Forwards of at most this many new tokens follow the switched count (`threads_for`): every
-#: row count up to `casspec_ref.accel.invariance.FULL_ROWS` is checked at each count, and DyTC's
+#: Forwards of at most this many new tokens follow the switched count (`threads_for`): the LM
+#: head is checked at each count for every row count up to `invariance.HEAD_ROWS`, and DyTC's
 #: largest tree (`DyTCConfig.max_tree_size`) fits (tests/test_threads.py holds them together).
 SWITCHED_ROWS = 32
+#: ... and forwards that compute the last row's logits only (a prompt's piece), up to this many:
+#: every other product and the attention are checked up to `invariance.FULL_ROWS` rows.
+PROMPT_ROWS = 64
 
 
 # ----------------------------------------------------------------------------- observations
@@ -322,12 +329,14 @@ def allow_switching(allowed: bool, note: str) -> None:
     policy.switching_note = note
 
 
-def threads_for(rows: int, policy: Policy) -> int:
-    """The thread count a forward of ``rows`` new tokens runs on: the policy's current count up
-    to `SWITCHED_ROWS` rows (row counts the invariance check covered at each count it switches
-    between), `Policy.max_threads` above (a prompt, a large tree: products whose bits may
-    depend on the count, so it never changes for them)."""
-    if not policy.switching or rows > SWITCHED_ROWS:
+def threads_for(rows: int, policy: Policy, last_only: bool = False) -> int:
+    """The thread count a forward of ``rows`` new tokens runs on (``last_only``: it computes the
+    last row's logits only): the policy's current count up to `SWITCHED_ROWS` rows, or
+    `PROMPT_ROWS` if ``last_only`` (row counts the invariance check covered at each count it
+    switches between), `Policy.max_threads` above (a long prompt, a large tree: products whose
+    bits may depend on the count, so it never changes for them)."""
+    limit = PROMPT_ROWS if last_only else SWITCHED_ROWS
+    if not policy.switching or rows > limit:
         return policy.max_threads if policy.switching else policy.threads
     return policy.threads
 
@@ -346,7 +355,7 @@ def forward_kind(args: tuple, kwargs: dict[str, Any]) -> tuple[int, str]:
 def watch(model: Any) -> None:
     """Feed ``model``'s forward durations to a `Monitor` that switches the thread count when
     the load calls for it (a no-op unless switching is allowed; installed once per model), and
-    have the loops send a prompt in forwards of at most `SWITCHED_ROWS` rows while it may.
+    have the loops send a prompt in forwards of at most `PROMPT_ROWS` rows while it may.
 
     The hooks run on every call of the model, ``model(tokens, ...)``: the naive loop's forwards,
     the speculative loop's prompt and verify forwards and the drafts' forwards all call it so
@@ -359,10 +368,11 @@ def watch(model: Any) -> None:
     monitor = Monitor(policy)
     started = [0.0]
     if policy.switching:
-        model.prompt_rows = SWITCHED_ROWS
+        model.prompt_rows = PROMPT_ROWS
 
     def before(module: Any, args: tuple, kwargs: dict[str, Any]) -> None:
-        count = threads_for(forward_kind(args, kwargs)[0], policy)
+        last_only = bool(kwargs.get("last_only", False))  # keyword-only in `Transformer.forward`
+        count = threads_for(forward_kind(args, kwargs)[0], policy, last_only)
         if count != torch.get_num_threads():
             torch.set_num_threads(count)
         started[0] = time.perf_counter()

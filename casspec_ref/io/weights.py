@@ -892,6 +892,7 @@ def load_model(
 
 def _prepare(model: Transformer, dtype: torch.dtype, device: str | torch.device) -> None:
     """The per-machine matmul table for ``model``'s shapes, then the thread policy's watch."""
-    kernel_table.prepare(kernel_table.model_shapes(model), dtype, device)
+    shapes, head_only = kernel_table.model_shapes(model), kernel_table.head_only_shapes(model)
+    kernel_table.prepare(shapes, dtype, device, head_only)
     if torch.device(device).type == "cpu":
         threads.watch(model)
