@@ -41,7 +41,10 @@ Every generation's tokens are compared with the quiet naive loop's (the first re
 the first thread setting); a difference is listed in ``differences``.
 
 Competitors run in their own process group, stop by themselves after ``--competitor-s``
-seconds, and are killed when their cell ends (or the script exits), whatever happens. Each
+seconds (by default longer than a cell may take, ``--child-timeout``), and are killed when their
+cell ends (or the script exits), whatever happens. A cell whose competitor ended before it did
+did not measure what its condition says (a slow load, torch's defaults stalling in the shape
+check beside a busy core, can outlast a short-lived competitor): it is recorded as failed. Each
 child has a timeout (``--child-timeout``). With the defaults the script runs for about an hour
 on a 2-core CPU, most of it in torch's defaults beside a load.
 
@@ -231,9 +234,13 @@ def measure(
             start_competitor(condition, setting, args.competitor_s)
             time.sleep(1.0 if condition == "competitor" else 5.0)  # a decoder loads its model
         if condition != "competitor-mid":
-            return run_cell_process(cmd, setting, args, None), None
-        cmd[-1] = "1"  # the decode the load arrives in
-        return run_cell_process(cmd, setting, args, start_mid_run), after
+            record, when = run_cell_process(cmd, setting, args, None), None
+        else:
+            cmd[-1] = "1"  # the decode the load arrives in
+            record, when = run_cell_process(cmd, setting, args, start_mid_run), after
+        if any(p.poll() is not None for p in _LIVE) and "error" not in record:
+            record = {"error": f"its competitor ended before it did ({args.competitor_s} s)"}
+        return record, when
     finally:
         _stop_all()
 
@@ -611,8 +618,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=0.25,
         help="competitor-mid: the share of the quiet decode time after which the loop starts",
     )
-    parser.add_argument("--competitor-s", type=float, default=300.0, help="a competitor's life")
-    parser.add_argument("--child-timeout", type=float, default=600.0, help="seconds per cell")
+    parser.add_argument(
+        "--competitor-s", type=float, default=1200.0, help="a competitor's life (outlives a cell)"
+    )
+    parser.add_argument("--child-timeout", type=float, default=900.0, help="seconds per cell")
     parser.add_argument("--out", type=Path, help="write busy_machine.json into this folder")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--compete", type=float, help=argparse.SUPPRESS)

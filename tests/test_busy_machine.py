@@ -2,12 +2,15 @@
 
 The order of a repeat's cells, the comparison of every generation with the quiet naive loop's,
 and the figures of the record (medians, ratios within a repeat, the quiet cost) are checked
-exactly; the processes the script starts are not run.
+exactly; the processes the script starts are not run (a competitor's end is checked with a
+stand-in process).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -182,3 +185,35 @@ def test_a_mid_run_cell_says_whether_its_competitor_met_the_decode(busy: ModuleT
     assert busy.cell_record(key, child, 2.5)["competitor_in_decode"] is False  # after its end
     assert busy.cell_record(key, {"error": "failed"}, 0.5)["competitor_in_decode"] is None
     assert busy.cell_record(key[:3] + ("quiet",), child, None)["competitor_in_decode"] is None
+
+
+@pytest.mark.parametrize("condition", ["competitor", "decoder", "competitor-mid"])
+def test_a_cell_whose_competitor_ended_before_it_is_recorded_as_failed(
+    busy: ModuleType, monkeypatch: pytest.MonkeyPatch, condition: str
+) -> None:
+    """Beside a competitor that outlived the cell the child's record stands; beside one that
+    had ended (a load that outlasted its life) the cell did not measure its condition."""
+    args = busy.parse_args([])
+    good = {"tokens_per_s": 5.0, "seconds": 1.0, "tokens": [1, 2]}
+    monkeypatch.setattr(busy.time, "sleep", lambda s: None)
+
+    def cell(cmd: list[str], setting: str, args: Any, on_timed: Any) -> dict[str, Any]:
+        if on_timed is not None:
+            on_timed()
+        return dict(good)
+
+    monkeypatch.setattr(busy, "run_cell_process", cell)
+    for code, kept in (("import time; time.sleep(60)", True), ("pass", False)):
+
+        def start(kind: str, setting: str, seconds: float, code: str = code) -> None:
+            # a process group of its own, as the script's competitors: the script stops the group
+            proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+            busy._LIVE.append(proc)
+            if code == "pass":
+                proc.wait()  # ended before the cell did
+
+        monkeypatch.setattr(busy, "start_competitor", start)
+        record, _ = busy.measure("ar", "policy", condition, args, 2.0)
+        assert (record == good) is kept
+        assert kept or "competitor ended" in record["error"]
+        assert not busy._LIVE  # stopped with the cell
