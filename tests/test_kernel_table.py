@@ -370,16 +370,16 @@ def test_switching_threads_is_allowed_only_where_a_forward_keeps_its_bits() -> N
                 (40, True),
                 (64, True),
             ]:
-                logits = []
+                outs = []  # per thread count: the logits, the K/V written
                 for n in (1, 2):
                     torch.set_num_threads(2)
                     cache = KVCache(config, config.max_seq_len)
                     model(tokens[:, :past], cache=cache)
                     torch.set_num_threads(n)
                     new = tokens[:, past : past + rows]
-                    logits.append(model(new, cache=cache, last_only=last_only))
-                    logits.append(cache.k[..., : past + rows, :].clone())  # the K/V it wrote
-                same = same and all(torch.equal(logits[i], logits[i + 2]) for i in (0, 1))
+                    outs.append(model(new, cache=cache, last_only=last_only))
+                    outs.append(cache.k[..., : past + rows, :].clone())
+                same = same and all(torch.equal(outs[i], outs[i + 2]) for i in (0, 1))
     finally:
         torch.set_num_threads(previous)
     assert same or not allowed, "switching allowed, but a forward changed its bits with threads"
