@@ -46,7 +46,7 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -578,7 +578,7 @@ def prepare(
     table = _install_measured(wanted, dtype, mode) if mode != "default" else MeasuredTable()
     busy_start = policy.mode == "auto" and policy.threads < policy.max_threads
     levels = (policy.threads,) if busy_start else tuple(sorted({1, policy.max_threads}))
-    report = check_invariance(wanted, dtype, levels, table, set(head_only))
+    report = check_invariance(wanted, dtype, levels, table, frozenset(head_only))
     if busy_start:
         note = f"started beside busy cores: checked at {policy.threads} thread only; it holds"
         threads.allow_switching(False, note)
@@ -620,7 +620,7 @@ def check_invariance(
     dtype: torch.dtype,
     levels: tuple[int, ...],
     table: MeasuredTable | None = None,
-    head_only: set[tuple[int, int]] | None = None,
+    head_only: Collection[tuple[int, int]] = frozenset(),
 ) -> invariance.Report:
     """Each shape's invariant form (cheapest first by ``table``'s one-row timings; to
     `invariance.HEAD_ROWS` rows for the shapes of ``head_only``, `invariance.FULL_ROWS` for the
@@ -629,7 +629,7 @@ def check_invariance(
     timings = {} if table is None else table.timings_us
     report = invariance.Report(dtype, levels)
     for o, i in sorted(wanted):
-        rows = invariance.HEAD_ROWS if (o, i) in (head_only or set()) else invariance.FULL_ROWS
+        rows = invariance.HEAD_ROWS if (o, i) in head_only else invariance.FULL_ROWS
         key = (o, i, dtype, levels, rows)
         if key not in _INVARIANT:
             ranked = invariance.ranked_forms(dtype, timings.get((o, i, dtype, 1)))
@@ -735,24 +735,31 @@ def _rates(dtype: torch.dtype) -> tuple[float, float]:
     return size / max(best[0], 1e-9), 2 * 256 * 1024 * 1024 / max(best[1], 1e-9)
 
 
-def model_shapes(model: torch.nn.Module) -> set[tuple[int, int]]:
-    """The ``(out, in)`` shapes of a model's 2-D weights (the LM head is the embedding if tied)."""
+#: The weights the LM head may be: its own, or the token embedding when they are tied.
+HEAD_WEIGHTS = ("head.weight", "tok_emb.weight")
+
+
+def _product_weights(model: torch.nn.Module) -> dict[str, tuple[int, int]]:
+    """The ``(out, in)`` shape of each 2-D weight a product uses, by name (the LM head is the
+    embedding if tied; the other embeddings are tables looked up, not products)."""
     return {
-        (int(p.shape[0]), int(p.shape[1]))
+        n: (int(p.shape[0]), int(p.shape[1]))
         for n, p in model.named_parameters()
         if p.dim() == 2 and (not n.endswith("emb.weight") or n == "tok_emb.weight")
     }
 
 
+def model_shapes(model: torch.nn.Module) -> set[tuple[int, int]]:
+    """The ``(out, in)`` shapes of a model's 2-D weights (the LM head is the embedding if tied)."""
+    return set(_product_weights(model).values())
+
+
 def head_only_shapes(model: torch.nn.Module) -> set[tuple[int, int]]:
-    """The shapes of `model_shapes` that only the LM head has (``head.weight``, or the tied
-    ``tok_emb.weight``): no forward applies them to more rows than its logits need."""
-    head = {"head.weight", "tok_emb.weight"}
-    shapes = {
-        n: (int(p.shape[0]), int(p.shape[1])) for n, p in model.named_parameters() if p.dim() == 2
-    }
-    body = {s for n, s in shapes.items() if n not in head and not n.endswith("emb.weight")}
-    return {s for n, s in shapes.items() if n in head} - body
+    """The shapes of `model_shapes` that only the LM head has (`HEAD_WEIGHTS`): no forward
+    applies them to more rows than its logits need."""
+    weights = _product_weights(model)
+    body = {s for n, s in weights.items() if n not in HEAD_WEIGHTS}
+    return {s for n, s in weights.items() if n in HEAD_WEIGHTS} - body
 
 
 def main(argv: list[str] | None = None) -> int:
