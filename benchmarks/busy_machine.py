@@ -28,9 +28,12 @@ The quiet cost of the policy is also measured within one process (``paired``): i
 condition, a child under the policy decodes with its run-time part on and off in turn
 (`casspec_ref.accel.threads.watch` / `unwatch`: the hooks that read the load and the prompt in
 checked pieces; on a quiet machine the count chosen at start is torch's own), ``--pairs`` pairs
-in alternating order, and reports the median of the pairs' ratios. Fresh processes of one
-setting differ by more than the few percent in question (CAS-Spec's adaptive choices above
-all); decodes of one process, side by side, do not.
+in alternating order, and reports the median of the pairs' ratios. Every one of those decodes
+is the same work: CAS-Spec's starts from a copy of the DyTC state its warm-ups left (carried
+on, the state moves from one decode to the next, and with it the trees built and the work
+timed). The record pools every repeat's pairs: their median and its 95% bootstrap interval.
+Fresh processes of one setting differ by more than the few percent in question (CAS-Spec's
+adaptive choices above all); decodes of one process, side by side, do not.
 
 Each of ``--repeats`` repeats runs every cell once, conditions in turn (quiet first, so that
 the mid-run delay can be taken from it), so that a drift of the machine's speed hits every
@@ -75,9 +78,10 @@ Output: one JSON record, printed and written to ``<out>/busy_machine.json`` with
       "paired": [  # the policy's run-time part on and off in one quiet process
         {"repeat", "setting", "method", "condition",  # "policy", "paired"
          "pairs", "watched_tokens_per_s", "unwatched_tokens_per_s",
-         "ratio",                 # median over pairs of watched / unwatched
-         "threads_at_end", "most_others_seen", "runs_equal", "equal_to_quiet_ar",
-         "first_difference", "error"}
+         "ratio",                 # median over pairs of watched / unwatched tokens per second
+         "pair_ratios",           # each pair's ratio, in the order they ran
+         "threads_at_end", "switches_in_pairs", "most_others_seen", "runs_equal",
+         "equal_to_quiet_ar", "first_difference", "error"}
       ],
       "rates": [  # per setting, method and condition
         {"setting", "method", "condition", "tokens_per_s",  # median over repeats
@@ -89,7 +93,8 @@ Output: one JSON record, printed and written to ``<out>/busy_machine.json`` with
         {"setting", "condition", "speedup", "over_quiet_speedup"}
       ],
       "quiet_cost": [  # quiet tokens per second of one setting over another's, per method
-        {"method", "policy_over_unwatched",  # paired, median over repeats
+        {"method", "policy_over_unwatched",  # paired: median of every repeat's pairs
+         "policy_over_unwatched_interval",   # its 95% bootstrap interval over those pairs
          "policy_over_inherited", "policy_over_one_thread", "inherited_over_one_thread"}
       ],
       "reference": {"setting", "repeat", "tokens"},  # the quiet naive loop's generation
@@ -107,6 +112,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import copy
 import json
 import os
 import platform
@@ -254,15 +260,27 @@ def _load() -> tuple[Any, list[int]]:
     return model, tokenizer.apply_chat_template([{"role": "user", "content": PROMPT}])
 
 
-def _runner(method: str, model: Any) -> Callable[[list[int], int], list[int]]:
+def _dytc(method: str, model: Any) -> Any:
+    """CAS-Spec's DyTC state, learning over every decode it is given to (None for the other
+    methods: they keep no state between decodes)."""
+    if method != "cas-spec":
+        return None
     from casspec_ref.dytc import DyTCConfig, DyTCPolicy
+    from casspec_ref.speculative import default_drafts
+
+    return DyTCPolicy([plan.name for plan in default_drafts(model)], DyTCConfig())
+
+
+def _runner(method: str, model: Any, dytc: Any = None) -> Callable[[list[int], int], list[int]]:
+    """One decode of ``method``: ``(prompt, new tokens) -> tokens``; CAS-Spec's with the DyTC
+    state ``dytc`` (a fresh one if None)."""
     from casspec_ref.generate import generate_ar
-    from casspec_ref.speculative import default_drafts, generate_speculative
+    from casspec_ref.speculative import generate_speculative
 
     if method == "ar":
         return lambda prompt, n: list(generate_ar(model, prompt, n).tokens)
     if method == "cas-spec":
-        policy = DyTCPolicy([plan.name for plan in default_drafts(model)], DyTCConfig())
+        policy = _dytc(method, model) if dytc is None else dytc
         return lambda prompt, n: list(
             generate_speculative(model, prompt, n, method="cas-spec", policy=policy).tokens
         )
@@ -321,31 +339,39 @@ def run_child(args: argparse.Namespace) -> int:
 def run_paired(args: argparse.Namespace) -> int:
     """The policy's quiet cost within one process: warm up, then ``--pairs`` pairs of decodes
     with its run-time part on (`threads.watch`) and off (`threads.unwatch`), the pair's order
-    alternating; print ``{"watched_tokens_per_s", "unwatched_tokens_per_s", "ratio", "pairs",
-    "tokens", "runs_equal", "threads"}`` (medians over the pairs)."""
+    alternating, every one of them the same work: CAS-Spec's starts from a copy of the DyTC
+    state the warm-ups left. Print ``{"watched_tokens_per_s", "unwatched_tokens_per_s",
+    "ratio", "pair_ratios", "pairs", "tokens", "runs_equal", "threads", "switches_in_pairs"}``
+    (medians over the pairs; ``pair_ratios`` each pair's unwatched seconds over its watched
+    seconds; ``switches_in_pairs`` the count's switches during them, a false alarm's cost)."""
     from casspec_ref.accel import threads
 
     model, prompt = _load()
-    decode = partial(_runner(args.paired, model), prompt, args.max_new_tokens)
-    decodes(decode, args.warmups, [], args.cell_budget_s)
+    learned = _dytc(args.paired, model)
+    warm_up = partial(_runner(args.paired, model, learned), prompt, args.max_new_tokens)
+    decodes(warm_up, args.warmups, [], args.cell_budget_s)
+    switches = len(threads.apply().switches)
     on: list[tuple[float, list[int]]] = []
     off: list[tuple[float, list[int]]] = []
     for i in range(args.pairs):
         for watched in (False, True) if i % 2 == 0 else (True, False):
+            state = copy.deepcopy(learned)  # copied before the clock starts
+            decode = partial(_runner(args.paired, model, state), prompt, args.max_new_tokens)
             (threads.watch if watched else threads.unwatch)(model)
             (on if watched else off).extend(decodes(decode, 1, [], 0))
     threads.watch(model)
     tokens = on[0][1]
+    ratios = [off_s / on_s for (on_s, _), (off_s, _) in zip(on, off, strict=True)]
     record = {
         "watched_tokens_per_s": statistics.median(len(t) / s for s, t in on),
         "unwatched_tokens_per_s": statistics.median(len(t) / s for s, t in off),
-        "ratio": statistics.median(
-            off_s / on_s for (on_s, _), (off_s, _) in zip(on, off, strict=True)
-        ),
+        "ratio": statistics.median(ratios),
+        "pair_ratios": [round(r, 4) for r in ratios],
         "pairs": args.pairs,
         "tokens": tokens,
         "runs_equal": all(t == tokens for _, t in on + off),
         "threads": threads.apply().as_dict(),
+        "switches_in_pairs": len(threads.apply().switches) - switches,
     }
     print(json.dumps(record))
     return 0
@@ -475,9 +501,27 @@ def summarize(
         )
     out = {"rates": rates, **_speedups_and_cost(r, keys, reps)}
     for row in out["quiet_cost"]:
-        ratios = [p["ratio"] for p in paired or [] if p["method"] == row["method"] and p["ratio"]]
-        row["policy_over_unwatched"] = round(statistics.median(ratios), 4) if ratios else None
+        row.update(paired_cost([p for p in paired or [] if p["method"] == row["method"]]))
     return out
+
+
+def paired_cost(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """One method's paired quiet cost over every repeat: ``policy_over_unwatched``, the median
+    of all the pairs' ratios (of each row's median where a row lists none), and its 95%
+    bootstrap interval over those pairs, ``policy_over_unwatched_interval`` (None with fewer
+    than two pairs)."""
+    from casspec_ref.tools.bench import bootstrap_interval
+
+    ratios = [r for p in rows for r in p.get("pair_ratios") or [p["ratio"]] if r]
+    if not ratios:
+        return {"policy_over_unwatched": None, "policy_over_unwatched_interval": None}
+    interval = bootstrap_interval(lambda ix: statistics.median(ratios[i] for i in ix), len(ratios))
+    return {
+        "policy_over_unwatched": round(statistics.median(ratios), 4),
+        "policy_over_unwatched_interval": None
+        if len(ratios) < 2
+        else [round(interval[0], 4), round(interval[1], 4)],
+    }
 
 
 def _speedups_and_cost(
@@ -544,7 +588,9 @@ def measure_paired(method: str, repeat: int, args: argparse.Namespace) -> dict[s
         "condition": "paired",
         **{k: child.get(k) for k in ("pairs", "watched_tokens_per_s", "unwatched_tokens_per_s")},
         "ratio": None if child.get("ratio") is None else round(child["ratio"], 4),
+        "pair_ratios": child.get("pair_ratios"),
         "threads_at_end": t.get("threads"),
+        "switches_in_pairs": child.get("switches_in_pairs"),
         "most_others_seen": t.get("most_others_seen"),
         "runs_equal": child.get("runs_equal"),
         "equal_to_quiet_ar": None,

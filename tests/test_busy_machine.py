@@ -9,6 +9,8 @@ stand-in process).
 from __future__ import annotations
 
 import importlib.util
+import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -139,6 +141,7 @@ def test_the_figures_are_medians_of_ratios_within_a_repeat(busy: ModuleType) -> 
         "policy_over_one_thread": 2.0,  # of 2.0, 2.0, 1.5
         "inherited_over_one_thread": 2.0,  # of 2.5, 2.0, 1.0
         "policy_over_unwatched": None,  # no paired measurement
+        "policy_over_unwatched_interval": None,
     }
     assert cost["cas-spec"]["policy_over_inherited"] is None  # no inherited cell to compare
     paired = [
@@ -147,6 +150,15 @@ def test_the_figures_are_medians_of_ratios_within_a_repeat(busy: ModuleType) -> 
     cost = {c["method"]: c for c in busy.summarize(cells, 3, paired)["quiet_cost"]}
     assert cost["ar"]["policy_over_unwatched"] == 0.99  # median of 0.99, 0.97, 1.02
     assert cost["cas-spec"]["policy_over_unwatched"] is None
+    # Every repeat's pairs are pooled (not the median of the repeats' medians, 0.98 here).
+    paired = [
+        {"method": "cas-spec", "ratio": 0.96, "pair_ratios": [0.95, 0.96, 1.04]},
+        {"method": "cas-spec", "ratio": 1.0, "pair_ratios": [0.99, 1.0, 1.01]},
+    ]
+    cost = {c["method"]: c for c in busy.summarize(cells, 3, paired)["quiet_cost"]}
+    assert cost["cas-spec"]["policy_over_unwatched"] == 0.995  # of the six
+    low, high = cost["cas-spec"]["policy_over_unwatched_interval"]
+    assert 0.95 <= low <= 0.995 <= high <= 1.04 and low < high
 
 
 @pytest.mark.parametrize(
@@ -217,3 +229,39 @@ def test_a_cell_whose_competitor_ended_before_it_is_recorded_as_failed(
         assert (record == good) is kept
         assert kept or "competitor ended" in record["error"]
         assert not busy._LIVE  # stopped with the cell
+
+
+def test_every_paired_decode_starts_from_the_state_the_warm_ups_left(
+    busy: ModuleType, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The paired decodes time the same work with the policy's run-time part on and off: a
+    stand-in DyTC state counts the decodes it learned from; the warm-ups carry it on, and each
+    timed decode gets its own copy of where they left it."""
+    from casspec_ref.accel import threads
+
+    class Learned:
+        decodes = 0
+
+    seen: list[int] = []
+
+    def runner(method: str, model: Any, dytc: Any = None) -> Any:
+        def decode(prompt: list[int], n: int) -> list[int]:
+            seen.append(dytc.decodes)
+            dytc.decodes += 1
+            return [7] * n
+
+        return decode
+
+    monkeypatch.setattr(busy, "_load", lambda: (object(), [1, 2]))
+    monkeypatch.setattr(busy, "_dytc", lambda method, model: Learned())
+    monkeypatch.setattr(busy, "_runner", runner)
+    monkeypatch.setattr(threads, "watch", lambda model: None)
+    monkeypatch.setattr(threads, "unwatch", lambda model: None)
+    monkeypatch.setattr(threads, "apply", lambda: threads.Policy("inherit", 1, 1, "default"))
+    args = busy.parse_args(["--paired", "cas-spec", "--pairs", "3", "--max-new-tokens", "4"])
+    assert busy.run_paired(args) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert seen == [0, 1] + [2] * 6  # two warm-ups learn; six timed decodes start at 2
+    assert len(record["pair_ratios"]) == 3 and record["runs_equal"]
+    assert record["switches_in_pairs"] == 0
+    assert record["ratio"] == pytest.approx(statistics.median(record["pair_ratios"]), abs=1e-4)

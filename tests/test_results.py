@@ -173,6 +173,10 @@ def test_the_busy_machine_targets_are_judged_from_the_record(records: dict) -> N
     section = results.render({**records, "busy_machine": busy}).split("## A busy machine", 1)[1]
     paired = "| `ar` quiet, `policy` over its run-time part off (paired) | >= 0.97 | 0.980 | yes |"
     assert paired in section and "quiet, `policy` over `inherited` |" not in section
+    busy["quiet_cost"][0]["policy_over_unwatched_interval"] = [0.955, 1.004]
+    section = results.render({**records, "busy_machine": busy}).split("## A busy machine", 1)[1]
+    assert "| `ar` | 0.969 | 1.500 | 1.510 | 0.980 [0.955, 1.004] |" in section  # its interval
+    assert "policy / unwatched interval" not in section  # a bound, not a column of its own
     bare = {**BUSY, "quiet_cost": []}  # no figure for any target
     assert "The policy's targets:" not in results.render({**records, "busy_machine": bare})
 

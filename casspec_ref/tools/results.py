@@ -388,12 +388,19 @@ def _busy_cost_lines(record: dict[str, Any]) -> list[str]:
     cost = record.get("quiet_cost") or []
     if not cost:
         return []
-    pairs = [k for k in cost[0] if k != "method"]
+    pairs = [k for k in cost[0] if k != "method" and not k.endswith("_interval")]
     lines = ["", "Quiet, one setting's tokens per second over another's:", ""]
     header = [k.replace("_over_", " / ").replace("_", " ") for k in pairs]
     return lines + table(
-        ["method", *header], [[f"`{c['method']}`", *(num(c[k]) for k in pairs)] for c in cost]
+        ["method", *header],
+        [[f"`{c['method']}`", *(_with_interval(c, k) for k in pairs)] for c in cost],
     )
+
+
+def _with_interval(row: dict[str, Any], key: str) -> str:
+    """``row[key]``, followed by its interval where the row has one (``<key>_interval``)."""
+    bounds = row.get(f"{key}_interval")
+    return num(row[key]) + (f" {_interval(bounds)}" if bounds else "")
 
 
 #: The busy-machine targets (docs/benchmarks.md): under the policy, one competing process
