@@ -350,7 +350,8 @@ def run_paired(args: argparse.Namespace) -> int:
     learned = _dytc(args.paired, model)
     warm_up = partial(_runner(args.paired, model, learned), prompt, args.max_new_tokens)
     decodes(warm_up, args.warmups, [], args.cell_budget_s)
-    switches = len(threads.apply().switches)
+    policy = threads.apply()
+    switches = len(policy.switches)
     on: list[tuple[float, list[int]]] = []
     off: list[tuple[float, list[int]]] = []
     for i in range(args.pairs):
@@ -370,8 +371,8 @@ def run_paired(args: argparse.Namespace) -> int:
         "pairs": args.pairs,
         "tokens": tokens,
         "runs_equal": all(t == tokens for _, t in on + off),
-        "threads": threads.apply().as_dict(),
-        "switches_in_pairs": len(threads.apply().switches) - switches,
+        "threads": policy.as_dict(),
+        "switches_in_pairs": len(policy.switches) - switches,
     }
     print(json.dumps(record))
     return 0
@@ -513,15 +514,14 @@ def paired_cost(rows: list[dict[str, Any]]) -> dict[str, Any]:
     from casspec_ref.tools.bench import bootstrap_interval
 
     ratios = [r for p in rows for r in p.get("pair_ratios") or [p["ratio"]] if r]
-    if not ratios:
-        return {"policy_over_unwatched": None, "policy_over_unwatched_interval": None}
-    interval = bootstrap_interval(lambda ix: statistics.median(ratios[i] for i in ix), len(ratios))
-    return {
-        "policy_over_unwatched": round(statistics.median(ratios), 4),
-        "policy_over_unwatched_interval": None
-        if len(ratios) < 2
-        else [round(interval[0], 4), round(interval[1], 4)],
-    }
+    median = round(statistics.median(ratios), 4) if ratios else None
+    interval = None
+    if len(ratios) >= 2:
+        low, high = bootstrap_interval(
+            lambda ix: statistics.median(ratios[i] for i in ix), len(ratios)
+        )
+        interval = [round(low, 4), round(high, 4)]
+    return {"policy_over_unwatched": median, "policy_over_unwatched_interval": interval}
 
 
 def _speedups_and_cost(
