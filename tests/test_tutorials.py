@@ -11,7 +11,7 @@
   every `casspec_ref.x.y` name the prose cites, lecture 0's file importing only the standard
   library, and its statements (E[tokens per step], greedy as T -> 0, the bonus bug needing
   n >= k + 1).
-- Statements found wrong once do not come back (the phrases below).
+- Statements that contradict the code stay out of the prose (the phrases below).
 - Lecture 0's companion file: its sampler has the AR law exactly, and its deliberate bug does not.
 """
 
@@ -288,7 +288,8 @@ def test_nb01_says_where_the_transformer_is_and_counts_its_lines_at_run_time():
     assert "len(inspect.getsource(casspec_ref.model).splitlines())" in _code(nb01)
 
 
-#: Wrong once in the tutorials' prose (checked there and in tutorials/README.md).
+#: Phrases that would contradict the code (checked in the tutorials' prose and in
+#: tutorials/README.md).
 STALE_IN_TUTORIALS = [
     "about 400 lines",  # model.py's length is counted at run time
     "~150 lines",  # lecture 0's file length is not stated
