@@ -29,9 +29,11 @@ condition, a child under the policy decodes with its run-time part on and off in
 (`casspec_ref.accel.threads.watch` / `unwatch`: the hooks that read the load and the prompt in
 checked pieces; on a quiet machine the count chosen at start is torch's own), ``--pairs`` pairs
 in alternating order, and reports the median of the pairs' ratios. Every one of those decodes
-is the same work: CAS-Spec's starts from a copy of the DyTC state its warm-ups left (carried
-on, the state moves from one decode to the next, and with it the trees built and the work
-timed). The record pools every repeat's pairs: their median and its 95% bootstrap interval.
+is the same work: CAS-Spec's starts from a copy of the DyTC state its warm-ups left and replays
+the clock readings of one recorded decode (DyTC learns the forwards' costs from the clock:
+carried on, or timed afresh, the state builds other trees from one decode to the next, and the
+work timed changes with them). The record pools every repeat's pairs: their median and its 95%
+bootstrap interval.
 Fresh processes of one setting differ by more than the few percent in question (CAS-Spec's
 adaptive choices above all); decodes of one process, side by side, do not.
 
@@ -81,6 +83,7 @@ Output: one JSON record, printed and written to ``<out>/busy_machine.json`` with
          "ratio",                 # median over pairs of watched / unwatched tokens per second
          "pair_ratios",           # each pair's ratio, in the order they ran
          "threads_at_end", "switches_in_pairs", "most_others_seen", "runs_equal",
+         "same_work",             # every decode replayed the recorded decode's clock readings
          "equal_to_quiet_ar", "first_difference", "error"}
       ],
       "rates": [  # per setting, method and condition
@@ -271,9 +274,11 @@ def _dytc(method: str, model: Any) -> Any:
     return DyTCPolicy([plan.name for plan in default_drafts(model)], DyTCConfig())
 
 
-def _runner(method: str, model: Any, dytc: Any = None) -> Callable[[list[int], int], list[int]]:
+def _runner(
+    method: str, model: Any, dytc: Any = None, clock: Callable[[], float] | None = None
+) -> Callable[[list[int], int], list[int]]:
     """One decode of ``method``: ``(prompt, new tokens) -> tokens``; CAS-Spec's with the DyTC
-    state ``dytc`` (a fresh one if None)."""
+    state ``dytc`` (a fresh one if None), timing its forwards with ``clock`` if given."""
     from casspec_ref.generate import generate_ar
     from casspec_ref.speculative import generate_speculative
 
@@ -281,8 +286,9 @@ def _runner(method: str, model: Any, dytc: Any = None) -> Callable[[list[int], i
         return lambda prompt, n: list(generate_ar(model, prompt, n).tokens)
     if method == "cas-spec":
         policy = _dytc(method, model) if dytc is None else dytc
+        options = {"policy": policy} if clock is None else {"policy": policy, "clock": clock}
         return lambda prompt, n: list(
-            generate_speculative(model, prompt, n, method="cas-spec", policy=policy).tokens
+            generate_speculative(model, prompt, n, method="cas-spec", **options).tokens
         )
     from casspec_ref.tools.bench import make_hf_runner
 
@@ -336,14 +342,51 @@ def run_child(args: argparse.Namespace) -> int:
     return 0
 
 
+class RecordedClock:
+    """A seconds counter (`time.perf_counter`) that keeps every reading it gives."""
+
+    def __init__(self) -> None:
+        self.readings: list[float] = []
+
+    def __call__(self) -> float:
+        self.readings.append(time.perf_counter())
+        return self.readings[-1]
+
+
+class ReplayedClock:
+    """A recorded decode's clock readings, given again in order. DyTC learns the forwards'
+    costs from the clock, so two decodes from one state build different trees when their
+    timings differ; fed the same readings, they build the same trees. ``done``: every reading
+    was given (a decode that read fewer did other work; one that asks for more is stopped)."""
+
+    def __init__(self, readings: list[float]) -> None:
+        self.readings, self.given = readings, 0
+
+    def __call__(self) -> float:
+        if self.given == len(self.readings):
+            raise RuntimeError(
+                f"a replayed decode asked for more than the {len(self.readings)} clock readings "
+                "its recorded decode took: it did other work"
+            )
+        self.given += 1
+        return self.readings[self.given - 1]
+
+    @property
+    def done(self) -> bool:
+        return self.given == len(self.readings)
+
+
 def run_paired(args: argparse.Namespace) -> int:
-    """The policy's quiet cost within one process: warm up, then ``--pairs`` pairs of decodes
-    with its run-time part on (`threads.watch`) and off (`threads.unwatch`), the pair's order
-    alternating, every one of them the same work: CAS-Spec's starts from a copy of the DyTC
-    state the warm-ups left. Print ``{"watched_tokens_per_s", "unwatched_tokens_per_s",
-    "ratio", "pair_ratios", "pairs", "tokens", "runs_equal", "threads", "switches_in_pairs"}``
-    (medians over the pairs; ``pair_ratios`` each pair's unwatched seconds over its watched
-    seconds; ``switches_in_pairs`` the count's switches during them, a false alarm's cost)."""
+    """The policy's quiet cost within one process: warm up, record one decode's clock readings,
+    then ``--pairs`` pairs of decodes with its run-time part on (`threads.watch`) and off
+    (`threads.unwatch`), the pair's order alternating, every one of them the same work as the
+    recorded decode: CAS-Spec's starts from a copy of the DyTC state the warm-ups left and
+    replays the recorded readings (`ReplayedClock`). Print ``{"watched_tokens_per_s",
+    "unwatched_tokens_per_s", "ratio", "pair_ratios", "pairs", "tokens", "runs_equal",
+    "same_work", "threads", "switches_in_pairs"}`` (medians over the pairs; ``pair_ratios``
+    each pair's unwatched seconds over its watched seconds; ``same_work`` whether every decode
+    replayed every recorded reading; ``switches_in_pairs`` the count's switches during them, a
+    false alarm's cost)."""
     from casspec_ref.accel import threads
 
     model, prompt = _load()
@@ -351,13 +394,19 @@ def run_paired(args: argparse.Namespace) -> int:
     warm_up = partial(_runner(args.paired, model, learned), prompt, args.max_new_tokens)
     decodes(warm_up, args.warmups, [], args.cell_budget_s)
     policy = threads.apply()
+    recorded = RecordedClock()
+    _runner(args.paired, model, copy.deepcopy(learned), recorded)(prompt, args.max_new_tokens)
     switches = len(policy.switches)
     on: list[tuple[float, list[int]]] = []
     off: list[tuple[float, list[int]]] = []
+    replays: list[ReplayedClock] = []
     for i in range(args.pairs):
         for watched in (False, True) if i % 2 == 0 else (True, False):
+            replays.append(ReplayedClock(recorded.readings))
             state = copy.deepcopy(learned)  # copied before the clock starts
-            decode = partial(_runner(args.paired, model, state), prompt, args.max_new_tokens)
+            decode = partial(
+                _runner(args.paired, model, state, replays[-1]), prompt, args.max_new_tokens
+            )
             (threads.watch if watched else threads.unwatch)(model)
             (on if watched else off).extend(decodes(decode, 1, [], 0))
     threads.watch(model)
@@ -371,6 +420,7 @@ def run_paired(args: argparse.Namespace) -> int:
         "pairs": args.pairs,
         "tokens": tokens,
         "runs_equal": all(t == tokens for _, t in on + off),
+        "same_work": all(replay.done for replay in replays),
         "threads": policy.as_dict(),
         "switches_in_pairs": len(policy.switches) - switches,
     }
@@ -593,6 +643,7 @@ def measure_paired(method: str, repeat: int, args: argparse.Namespace) -> dict[s
         "switches_in_pairs": child.get("switches_in_pairs"),
         "most_others_seen": t.get("most_others_seen"),
         "runs_equal": child.get("runs_equal"),
+        "same_work": child.get("same_work"),
         "equal_to_quiet_ar": None,
         "first_difference": None,
         "error": child.get("error"),
@@ -651,7 +702,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=60.0,
         help="seconds of decoding after which a cell runs no further warm-up or timed decode",
     )
-    parser.add_argument("--pairs", type=int, default=8, help="paired quiet cost: pairs (0: none)")
+    parser.add_argument("--pairs", type=int, default=16, help="paired quiet cost: pairs (0: none)")
     parser.add_argument(
         "--inherited-repeats",
         type=int,

@@ -187,7 +187,7 @@ def test_the_defaults_measure_long_decodes_under_every_condition(busy: ModuleTyp
     assert (args.max_new_tokens, args.repeats) == (128, 3)
     assert args.conditions == ["quiet", "competitor", "decoder", "competitor-mid"]
     assert args.settings == ["policy", "inherited", "one-thread"]
-    assert (args.warmups, args.timed_runs, args.pairs, args.inherited_repeats) == (2, 3, 8, 1)
+    assert (args.warmups, args.timed_runs, args.pairs, args.inherited_repeats) == (2, 3, 16, 1)
 
 
 def test_a_mid_run_cell_says_whether_its_competitor_met_the_decode(busy: ModuleType) -> None:
@@ -231,22 +231,24 @@ def test_a_cell_whose_competitor_ended_before_it_is_recorded_as_failed(
         assert not busy._LIVE  # stopped with the cell
 
 
-def test_every_paired_decode_starts_from_the_state_the_warm_ups_left(
+def test_every_paired_decode_repeats_the_recorded_decodes_work(
     busy: ModuleType, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The paired decodes time the same work with the policy's run-time part on and off: a
     stand-in DyTC state counts the decodes it learned from; the warm-ups carry it on, and each
-    timed decode gets its own copy of where they left it."""
+    timed decode gets its own copy of where they left it and is given the clock readings the
+    recorded decode read (a stand-in decode reads the clock as often as its state says)."""
     from casspec_ref.accel import threads
 
     class Learned:
         decodes = 0
 
-    seen: list[int] = []
+    seen: list[tuple[int, list[float] | None]] = []
 
-    def runner(method: str, model: Any, dytc: Any = None) -> Any:
+    def runner(method: str, model: Any, dytc: Any = None, clock: Any = None) -> Any:
         def decode(prompt: list[int], n: int) -> list[int]:
-            seen.append(dytc.decodes)
+            readings = None if clock is None else [clock() for _ in range(dytc.decodes + 1)]
+            seen.append((dytc.decodes, readings))
             dytc.decodes += 1
             return [7] * n
 
@@ -261,7 +263,24 @@ def test_every_paired_decode_starts_from_the_state_the_warm_ups_left(
     args = busy.parse_args(["--paired", "cas-spec", "--pairs", "3", "--max-new-tokens", "4"])
     assert busy.run_paired(args) == 0
     record = json.loads(capsys.readouterr().out)
-    assert seen == [0, 1] + [2] * 6  # two warm-ups learn; six timed decodes start at 2
+    # two warm-ups learn; the recorded decode and six timed ones start where they left it
+    assert [learned for learned, _ in seen] == [0, 1] + [2] * 7
+    recorded = seen[2][1]
+    assert recorded is not None and len(recorded) == 3
+    assert all(readings == recorded for _, readings in seen[3:])
+    assert record["same_work"] is True
     assert len(record["pair_ratios"]) == 3 and record["runs_equal"]
     assert record["switches_in_pairs"] == 0
     assert record["ratio"] == pytest.approx(statistics.median(record["pair_ratios"]), abs=1e-4)
+
+
+def test_a_replayed_clock_says_when_a_decode_did_other_work(busy: ModuleType) -> None:
+    recorded = busy.RecordedClock()
+    readings = [recorded() for _ in range(3)]
+    assert readings == recorded.readings and readings == sorted(readings)
+    fewer = busy.ReplayedClock(recorded.readings)
+    assert [fewer(), fewer()] == readings[:2] and not fewer.done
+    more = busy.ReplayedClock(recorded.readings)
+    assert [more() for _ in range(3)] == readings and more.done
+    with pytest.raises(RuntimeError, match="more than the 3 clock readings"):
+        more()
