@@ -203,6 +203,33 @@ def test_a_busy_machine_record_is_shown_by_condition_and_setting(records: dict) 
     assert "Failed cells" not in section
 
 
+def test_the_paired_decodes_say_whether_they_did_the_same_work(records: dict) -> None:
+    """Per method: the pairs pooled over the repeats, whether every decode replayed its recorded
+    decode's work (a row without the flag is "not recorded", a failed child is left out) and
+    the count's switches during them."""
+
+    def row(method: str, ratios: list[float] | None, same: bool | None, switches: int) -> dict:
+        flag = {} if same is None else {"same_work": same}
+        return {"method": method, "pair_ratios": ratios, "switches_in_pairs": switches, **flag}
+
+    paired = [
+        row("ar", [1.0, 0.99], True, 0),
+        row("cas-spec", [1.01, 0.97, 1.02], True, 1),
+        row("ar", [0.98], True, 0),
+        row("cas-spec", [0.99], False, 0),
+        row("cas-spec", None, None, 0),  # a failed child
+    ]
+    page = results.render({**records, "busy_machine": {**BUSY, "paired": paired}})
+    section = page.split("## A busy machine", 1)[1].split("\n## ", 1)[0]
+    assert "| method | pairs | same work in every decode | switches during the pairs |" in section
+    assert "| `ar` | 3 | yes | 0 |" in section
+    assert "| `cas-spec` | 4 | no | 1 |" in section
+    paired[0] = row("ar", [1.0, 0.99], None, 0)
+    page = results.render({**records, "busy_machine": {**BUSY, "paired": paired}})
+    assert "| `ar` | 3 | not recorded | 0 |" in page
+    assert "same work in every decode" not in results.render({**records, "busy_machine": BUSY})
+
+
 def test_divergences_are_counted_and_shown(records: dict) -> None:
     record = copy.deepcopy(records["cpu_bundled_greedy"])
     record["divergences"] = [{"method": "pld:3", "question": 1, "turn": 0, "token": 10}]

@@ -391,10 +391,32 @@ def _busy_cost_lines(record: dict[str, Any]) -> list[str]:
     pairs = [k for k in cost[0] if k != "method" and not k.endswith("_interval")]
     lines = ["", "Quiet, one setting's tokens per second over another's:", ""]
     header = [k.replace("_over_", " / ").replace("_", " ") for k in pairs]
-    return lines + table(
+    lines += table(
         ["method", *header],
         [[f"`{c['method']}`", *(_with_interval(c, k) for k in pairs)] for c in cost],
     )
+    return lines + _busy_paired_lines(record.get("paired") or [])
+
+
+def _busy_paired_lines(paired: list[dict[str, Any]]) -> list[str]:
+    """How the paired figure was measured: its pairs, whether they did the same work, switches."""
+    if not paired:
+        return []
+    shown = []
+    for m in dict.fromkeys(p["method"] for p in paired):
+        rows = [p for p in paired if p["method"] == m and p.get("pair_ratios")]
+        same = [p.get("same_work") for p in rows]
+        shown.append(
+            [
+                f"`{m}`",
+                str(sum(len(p.get("pair_ratios") or []) for p in rows)),
+                "not recorded" if None in same else num(all(same)),
+                str(sum(p.get("switches_in_pairs") or 0 for p in rows)),
+            ]
+        )
+    head = ["method", "pairs", "same work in every decode", "switches during the pairs"]
+    lines = ["", "The paired decodes (`policy / unwatched`, 95% bootstrap interval):", ""]
+    return lines + table(head, shown)
 
 
 def _with_interval(row: dict[str, Any], key: str) -> str:
