@@ -227,6 +227,9 @@ def test_the_paired_decodes_say_whether_they_did_the_same_work(records: dict) ->
     paired[0] = row("ar", [1.0, 0.99], None, 0)
     page = results.render({**records, "busy_machine": {**BUSY, "paired": paired}})
     assert "| `ar` | 3 | not recorded | 0 |" in page
+    failed = [row("cas-spec", None, None, 0)]  # no pair to judge: neither yes nor no
+    page = results.render({**records, "busy_machine": {**BUSY, "paired": failed}})
+    assert "| `cas-spec` | 0 | - | 0 |" in page
     assert "same work in every decode" not in results.render({**records, "busy_machine": BUSY})
 
 
