@@ -409,7 +409,7 @@ def _busy_paired_lines(paired: list[dict[str, Any]]) -> list[str]:
         shown.append(
             [
                 f"`{m}`",
-                str(sum(len(p.get("pair_ratios") or []) for p in rows)),
+                str(sum(len(p["pair_ratios"]) for p in rows)),
                 "-" if not rows else "not recorded" if None in same else num(all(same)),
                 str(sum(p.get("switches_in_pairs") or 0 for p in rows)),
             ]
