@@ -290,7 +290,7 @@ def test_nb01_says_where_the_transformer_is_and_counts_its_lines_at_run_time():
 
 #: Phrases that would contradict the code (checked in the tutorials' prose and in
 #: tutorials/README.md).
-STALE_IN_TUTORIALS = [
+CONTRADICTING_IN_TUTORIALS = [
     "about 400 lines",  # model.py's length is counted at run time
     "~150 lines",  # lecture 0's file length is not stated
     "standard library only",  # said of lecture 0's notebook, which uses numpy and matplotlib
@@ -306,7 +306,8 @@ STALE_IN_TUTORIALS = [
     "T prefers k = 1",
 ]
 
-STALE = [
+#: Phrases that would contradict the code (checked in the notebooks and in docs/).
+CONTRADICTING = [
     "7-layer skip",  # the default levels are the preset hierarchy's
     "layer-skipping version of SmolLM2",  # the chain draft is the int8 level
     "exactly as the boundary predicts",  # the boundary leaves out the verify cost
@@ -316,19 +317,19 @@ STALE = [
 ]
 
 
-def test_statements_found_wrong_do_not_come_back():
+def test_no_statement_in_the_docs_contradicts_the_code():
     texts = {p.name: _markdown(p, ("markdown", "code")) for p in NOTEBOOKS}
     texts |= {p.name: _flat(p.read_text()) for p in (ROOT / "docs").glob("*.md")}
     for name, text in texts.items():
-        for phrase in STALE:
+        for phrase in CONTRADICTING:
             assert phrase not in text, f"{name}: {phrase!r}"
 
 
-def test_tutorial_statements_found_wrong_do_not_come_back():
+def test_no_statement_in_the_tutorials_contradicts_the_code():
     texts = {p.name: _markdown(p, ("markdown", "code")) for p in NOTEBOOKS}
     texts["README.md"] = _flat((TUTORIALS / "README.md").read_text())
     for name, text in texts.items():
-        for phrase in STALE_IN_TUTORIALS:
+        for phrase in CONTRADICTING_IN_TUTORIALS:
             assert phrase not in text, f"{name}: {phrase!r}"
 
 
