@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from casspec_ref.base.elementwise import rowwise
 from casspec_ref.base.kernels import exact_linear
 from casspec_ref.base.model_checks import check_forward_inputs, check_forward_shapes
 from casspec_ref.config import ModelConfig
@@ -40,7 +41,7 @@ def linear(
 def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
     """RMSNorm, statistics in at least float32 as Hugging Face's LlamaRMSNorm does."""
     xs = x.to(torch.promote_types(x.dtype, torch.float32))
-    xs = xs * torch.rsqrt((xs * xs).mean(-1, keepdim=True) + eps)
+    xs = xs * rowwise(torch.rsqrt, (xs * xs).mean(-1, keepdim=True) + eps)  # no scalar tail
     return weight * xs.to(x.dtype)
 
 
@@ -336,10 +337,11 @@ class Transformer(nn.Module):
         if self.config.family == "llama":
             gate = linear(h, w[p + "mlp.gate.weight"], None, layer, "mlp_gate", plan, exact)
             up = linear(h, w[p + "mlp.up.weight"], None, layer, "mlp_up", plan, exact)
-            h = F.silu(gate) * up
+            h = (rowwise(F.silu, gate) if exact else F.silu(gate)) * up
             return linear(h, w[p + "mlp.down.weight"], None, layer, "mlp_down", plan, exact)
         fc_w, fc_b = w[p + "mlp.fc.weight"], w[p + "mlp.fc.bias"]
-        h = F.gelu(linear(h, fc_w, fc_b, layer, "mlp_fc", plan, exact), approximate="tanh")
+        h = linear(h, fc_w, fc_b, layer, "mlp_fc", plan, exact)
+        h = rowwise(_gelu, h) if exact else _gelu(h)
         proj_w, proj_b = w[p + "mlp.proj.weight"], w[p + "mlp.proj.bias"]
         return linear(h, proj_w, proj_b, layer, "mlp_proj", plan, exact)
 
@@ -412,6 +414,11 @@ class Transformer(nn.Module):
             return None
         group = self.config.n_heads // self.config.n_kv_heads
         return bias.repeat(group, 1) if group > 1 else bias
+
+
+def _gelu(x: Tensor) -> Tensor:
+    """GPT-2's GELU, the tanh approximation."""
+    return F.gelu(x, approximate="tanh")
 
 
 def _fingerprint(params: list[nn.Parameter]) -> tuple[tuple[int, int], ...]:

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from casspec_ref.accel import invariance
+from casspec_ref.base import kernels
 from casspec_ref.base.kernels import Form
 
 
@@ -45,24 +46,50 @@ def test_rows_agree_checks_every_row_count_up_to_the_block() -> None:
     assert not invariance.rows_agree(past_forty, x, (1,), gen)
 
 
-def test_invariant_form_returns_the_first_form_that_passes(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``linear`` made to round by row count (over 256 inputs, so that its two orders round
-    apart on the row a one-row window draws), ``wxt`` row-wise: the check skips the first; with
-    every form made to round by row count it finds none."""
+def test_invariant_form_returns_the_first_tile_that_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``linear`` tiles made to round by their row count (over 256 inputs, so that the two
+    orders round apart on the row a one-row window draws), ``wxt`` tiles row-wise: the check
+    skips the first; with every tile made to round by row count it finds none."""
 
-    def fake(form: Form, rows: torch.Tensor, weight: torch.Tensor, bias: None) -> torch.Tensor:
-        return _count_dependent(rows) if form.base == "linear" else 2 * rows
+    def fake(tile: Form, rows: torch.Tensor, weight: torch.Tensor, bias: None) -> torch.Tensor:
+        return _count_dependent(rows) if tile.base == "linear" else 2 * rows
 
-    monkeypatch.setattr(invariance, "apply_form", fake)
-    ranked = [Form("linear"), Form("wxt")]
-    assert invariance.invariant_form((8, 256), torch.float32, (1,), ranked) == Form("wxt")
+    monkeypatch.setattr(invariance, "tiled_linear", fake)
+    ranked = [Form("linear", 4), Form("wxt", 4)]
+    assert invariance.invariant_form((8, 256), torch.float32, (1,), ranked) == Form("wxt", 4)
     assert invariance.invariant_form((8, 256), torch.float32, (1,), ranked[:1]) is None
 
 
-def test_ranked_forms_puts_the_cheapest_timed_form_first() -> None:
-    ranked = invariance.ranked_forms(torch.float32, {"wxt": 5.0, "split": 2.0, "wxt@2": 1.0})
-    assert [str(f) for f in ranked[:2]] == ["split", "wxt"]
-    assert all(f.pad_to == 0 for f in ranked)  # base forms only: one form for every row count
+def test_a_tile_whose_rows_round_by_their_place_in_it_fails_the_check(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The one thing a tile's fixed call shape cannot promise, checked: a kernel that sums the
+    last row of every tile in another order (as a register block's edge might) is refused,
+    the row-wise tile of the same shape accepted."""
+    real = kernels.apply_form
+
+    def edge_rounds(form: Form, x: torch.Tensor, w: torch.Tensor, b: None) -> torch.Tensor:
+        out = real(form, x, w, b)
+        if form.base == "linear":
+            out[-1] = out[-1] * (1 + 2**-20)  # the tile's last row: one ulp or so off
+        return out
+
+    monkeypatch.setattr(kernels, "apply_form", edge_rounds)
+    ranked = [Form("linear", 4), Form("wxt", 4)]
+    assert invariance.invariant_form((8, 256), torch.float32, (1,), ranked) == Form("wxt", 4)
+
+
+def test_ranked_tiles_put_the_naive_loops_cheapest_first_and_prefer_larger_near_ties() -> None:
+    """Timed: the cheapest one call first; a tile within `NEAR_TIE` of it but larger goes before
+    it (a verify forward needs fewer calls); untimed tiles last, four rows before eight and
+    two. Every candidate is a tile (R >= 2)."""
+    timings = {2: {"wxt": 10.0, "linear": 30.0}, 4: {"wxt": 10.4}, 8: {"split": 12.0}}
+    ranked = invariance.ranked_tiles(torch.float32, timings)
+    assert [str(f) for f in ranked[:5]] == ["wxt@4", "wxt@2", "split@8", "linear@2", "linear@4"]
+    assert all(f.pad_to in kernels.TILE_ROWS for f in ranked)
+    assert len(ranked) == len(kernels.TILE_ROWS) * len(kernels.base_forms(torch.float32))
+    untimed = invariance.ranked_tiles(torch.float32)
+    assert [f.pad_to for f in untimed[:1]] == [4] and untimed[0].base == "linear"
 
 
 def test_attention_agrees_and_says_no_to_an_attention_that_rounds_by_rows(

@@ -117,12 +117,13 @@ def test_exact_linear_reads_the_active_table(monkeypatch: pytest.MonkeyPatch) ->
     assert kernels.active_table().form_for(40, 24, torch.bfloat16, 1) == Form("wxt", 2)
 
 
-def test_16_bit_shape_invariant_products_on_the_cpu_take_one_form_whatever_the_table(
+def test_a_shape_without_a_checked_tile_runs_row_by_row_whatever_the_table(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Asked for shape invariance, a bf16 product without an invariant entry runs
-    `SHAPE_INVARIANT_FORM` at every row count, not the per-row table entries (which may round
-    by row count), so a row's bits do not depend on it; not asked, it runs the table's."""
+    """Asked for shape invariance, a product without an invariant entry runs one row per call
+    (`ROW_BY_ROW`, the dtype's one-row form) at every row count, not the per-row table entries
+    (which may round by row count), so a row's bits do not depend on it; not asked, it runs the
+    table's."""
     calls = spy_on_run_form(monkeypatch)
     entries = {(40, 24, torch.bfloat16, n): Form("linear", 1) for n in range(1, 17)}
     kernels.use_table(KernelTable(entries))
@@ -130,26 +131,57 @@ def test_16_bit_shape_invariant_products_on_the_cpu_take_one_form_whatever_the_t
     x = torch.randn(12, 24).bfloat16()
     together = kernels.exact_linear(x, w, None, shape_invariant=True)  # (12, 40)
     alone = [kernels.exact_linear(x[i : i + 1], w, None, shape_invariant=True) for i in range(12)]
-    assert calls == [str(kernels.SHAPE_INVARIANT_FORM)] * 13
+    assert calls == [str(kernels.default_form(torch.bfloat16, 1))] * 24
     assert all(torch.equal(together[i : i + 1], alone[i]) for i in range(12))
     calls.clear()
     kernels.exact_linear(x, w, None)
     assert calls == ["linear@1"]
 
 
-def test_an_invariant_entry_serves_every_row_count(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A shape's `KernelTable.invariant` form runs at every row count when shape invariance is
-    asked for; the per-row entries otherwise; a shape without one keeps the per-row form."""
-    calls = spy_on_run_form(monkeypatch)
+def test_an_invariant_tile_serves_every_row_count_in_calls_of_one_shape(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A shape's `KernelTable.invariant` tile runs at every row count when shape invariance is
+    asked for, every call of its R rows (the last zero-padded); the per-row entries otherwise."""
+    shapes: list[tuple[int, ...]] = []
+    real = kernels.apply_form
+
+    def spy(form: Form, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+        shapes.append((str(form), *x.shape))
+        return real(form, x, w, b)
+
+    monkeypatch.setattr(kernels, "apply_form", spy)
     table = KernelTable({(40, 24, torch.float32, 3): Form("linear", 4)})
-    table.invariant[(40, 24, torch.float32)] = Form("wxt", 2)
+    table.invariant[(40, 24, torch.float32)] = Form("wxt", 4)
     kernels.use_table(table)
-    w, x = torch.randn(40, 24), torch.randn(3, 24)
-    kernels.exact_linear(x, w, None, shape_invariant=True)
+    w, x = torch.randn(40, 24), torch.randn(9, 24)
+    tiled = kernels.exact_linear(x, w, None, shape_invariant=True)
+    assert shapes == [("wxt", 4, 24)] * 3
+    shapes.clear()
     kernels.exact_linear(x[:1], w, None, shape_invariant=True)
-    kernels.exact_linear(x, w, None)
-    kernels.exact_linear(torch.randn(3, 8), torch.randn(40, 8), None, shape_invariant=True)
-    assert calls == ["wxt@2", "wxt@2", "linear@4"]  # the last: F.linear, not through run_form
+    assert shapes == [("wxt", 4, 24)]
+    shapes.clear()
+    kernels.exact_linear(x[:3], w, None)
+    assert shapes == [("linear@4", 3, 24)]
+    assert torch.allclose(tiled, x @ w.T, atol=1e-5)  # tiles and padding change no value
+
+
+def test_tiled_linear_keeps_each_rows_bits_whatever_the_row_count() -> None:
+    """Rows of a 1..20-row tiled product, with a bias and extra leading axes, equal the same
+    rows in a 20-row product, bit for bit, and the values are the product's."""
+    gen = torch.Generator().manual_seed(3)
+    w, b = torch.randn(48, 40, generator=gen), torch.randn(48, generator=gen)
+    x = torch.randn(1, 20, 40, generator=gen)
+    tile = Form("linear", 4)
+    whole = kernels.tiled_linear(tile, x, w, b)  # (1, 20, 48)
+    assert whole.shape == (1, 20, 48)
+    assert torch.allclose(whole, x @ w.T + b, atol=1e-5)
+    for n in range(1, 21):
+        start = 20 - n
+        part = kernels.tiled_linear(tile, x[:, start:], w, b)
+        assert torch.equal(part, whole[:, start:])
+    row_by_row = kernels.tiled_linear(kernels.ROW_BY_ROW, x, w, b)
+    assert torch.allclose(row_by_row, whole, atol=1e-5)
 
 
 def spy_on_run_form(monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -307,9 +339,12 @@ class _RecordingForms(dict):  # type: ignore[type-arg]
 
 
 def test_naive_loop_drafts_and_verification_share_the_table() -> None:
-    """Under a table of non-default forms, every forward of the naive loop, the drafts and the
-    verifier asks the table (1 row and tree sizes), and greedy decoding still equals AR."""
+    """Under a table of non-default forms, every plain forward of the naive loop, the drafts
+    and the verifier asks the table (1 row and tree sizes), and greedy decoding still equals AR
+    (float64: the forms' rounding differences are far below any margin here). The target's
+    shape-invariant forwards ask the table's tiles instead (`test_an_invariant_tile_...`)."""
     model = _tiny_model()
+    model.shape_invariant = False
     shapes = model_shapes(model)
     c = model.config
     kv = c.n_kv_heads * c.head_dim

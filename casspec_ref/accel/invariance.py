@@ -8,26 +8,30 @@ depends on the CPU and the library build: the model's target forwards ask for on
 weight shape (`casspec_ref.base.kernels.exact_linear` with ``shape_invariant``) and for the
 padded eager attention (`casspec_ref.model.attention`), and this module checks them here.
 
-The check (`rows_agree`): a block of `FULL_ROWS` random rows (`HEAD_ROWS` for the LM head's
-weight) is computed whole; then windows of every size up to the block's, each at a random offset,
-are computed alone, at every thread count the thread policy may use; the form passes if every
-window's rows equal the whole block's bit for bit. A kernel's order of additions is chosen from
-the shapes and the thread count, never from the values, so one random sample of each shape
-decides. Forms are tried cheapest first (by the kernel table's timings where it has them) and
-the first that passes is the shape's invariant form; a shape where none passes keeps the
-per-row-count form, and the report says so.
+The target's products run tiled (`casspec_ref.base.kernels.tiled_linear`): every library call
+has one shape, ``(R, in) x (in, out)``, so the library's choice of kernel and order of additions
+cannot depend on the forward's row count. What is left to check is a row's place inside its tile
+and the thread count. The check (`rows_agree`) covers both end to end: a block of `FULL_ROWS`
+random rows (`HEAD_ROWS` for the LM head's weight) is computed whole; then windows of every size
+up to the block's, each at a random offset (so at every place in a tile), are computed alone, at
+every thread count the thread policy may use; the tile passes if every window's rows equal the
+whole block's bit for bit. A kernel's order of additions is chosen from the shapes and the thread
+count, never from the values, so one random sample of each shape decides. Tiles are tried in
+`ranked_tiles` order (the naive loop's cost first) and the first that passes is the shape's
+tile; a shape where none passes runs row by row (`kernels.ROW_BY_ROW`), invariant without a
+check, and the report says so.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 
 import torch
 
-from casspec_ref.base.kernels import Form, apply_form, base_forms
+from casspec_ref.base.kernels import TILE_ROWS, Form, base_forms, tiled_linear
 from casspec_ref.model import attention, gathered_attention, visible_keys_first
 
 #: The row counts checked: every count up to `FULL_ROWS`, from the naive loop's one row to a
@@ -82,26 +86,44 @@ def invariant_form(
     ranked: list[Form],
     rows: int = FULL_ROWS,
 ) -> Form | None:
-    """The first form of ``ranked`` whose rows agree (`rows_agree`, a block of ``rows`` rows)
-    for a weight of ``shape`` ``(out, in)`` in ``dtype``; None if none does."""
+    """The first tile of ``ranked`` whose rows agree (`rows_agree`, a block of ``rows`` rows,
+    computed by `tiled_linear`) for a weight of ``shape`` ``(out, in)`` in ``dtype``; None if
+    none does."""
     gen = torch.Generator().manual_seed(0)
     out_f, in_f = shape
     weight = torch.randn(out_f, in_f, generator=gen).to(dtype)
     x = torch.randn(rows, in_f, generator=gen).to(dtype)
-    for form in ranked:
-        if form.base == "split" and out_f % 2:
+    for tile in ranked:
+        if tile.base == "split" and out_f % 2:
             continue
-        if rows_agree(partial(apply_form, form, weight=weight, bias=None), x, levels, gen):
-            return form
+        if rows_agree(partial(tiled_linear, tile, weight=weight, bias=None), x, levels, gen):
+            return tile
     return None
 
 
-def ranked_forms(dtype: torch.dtype, timings_us: dict[str, float] | None = None) -> list[Form]:
-    """The unpadded base forms, cheapest first by ``timings_us`` (microseconds per call of each
-    form, e.g. the kernel table's one-row timings; untimed forms last, in `base_forms` order)."""
-    timings = timings_us or {}
-    forms = base_forms(dtype)
-    return sorted(forms, key=lambda f: timings.get(str(f), float("inf")))
+#: Tiles whose one call costs at most this much more than the cheapest are near-ties: the larger
+#: tile goes first (a verify forward's rows then take fewer calls).
+NEAR_TIE = 0.05
+#: The order of tiles where nothing was timed: four rows first, then eight, then two.
+UNTIMED_ROWS = (4, 8, 2)
+
+
+def ranked_tiles(
+    dtype: torch.dtype, timings_us: Mapping[int, Mapping[str, float]] | None = None
+) -> list[Form]:
+    """Every tile ``base@R`` (R in `TILE_ROWS`, base in `base_forms`), in the order the check
+    tries them. ``timings_us``: microseconds per call of each base form at R rows (the kernel
+    table's timings), i.e. what one product of the naive loop costs in that tile. The cheapest
+    first; tiles within `NEAR_TIE` of the cheapest go first, largest R first. Untimed tiles
+    follow in `UNTIMED_ROWS` order."""
+    tiles = [Form(f.base, r) for r in UNTIMED_ROWS for f in base_forms(dtype) if r in TILE_ROWS]
+    cost = {t: (timings_us or {}).get(t.pad_to, {}).get(t.base, float("inf")) for t in tiles}
+    cheapest = min(cost.values())
+    near = [t for t in tiles if cost[t] <= (1 + NEAR_TIE) * cheapest < float("inf")]
+    rest = [t for t in tiles if t not in near]
+    near.sort(key=lambda t: (-t.pad_to, cost[t]))
+    rest.sort(key=lambda t: cost[t])  # stable: the untimed keep their order
+    return near + rest
 
 
 def attention_agrees(dtype: torch.dtype, levels: Iterable[int]) -> bool:

@@ -57,6 +57,7 @@ from casspec_ref.base.kernels import (
     BASE_FORMS,
     MAX_ROWS,
     ROW_CLASSES,
+    TILE_ROWS,
     Form,
     KernelTable,
     Key,
@@ -632,7 +633,8 @@ def check_invariance(
         rows = invariance.HEAD_ROWS if (o, i) in head_only else invariance.FULL_ROWS
         key = (o, i, dtype, levels, rows)
         if key not in _INVARIANT:
-            ranked = invariance.ranked_forms(dtype, timings.get((o, i, dtype, 1)))
+            tile_timings = {r: timings.get((o, i, dtype, r), {}) for r in TILE_ROWS}
+            ranked = invariance.ranked_tiles(dtype, tile_timings)
             _INVARIANT[key] = invariance.invariant_form((o, i), dtype, levels, ranked, rows)
         form = _INVARIANT[key]
         report.forms[(o, i)] = form

@@ -29,13 +29,16 @@ cached is not part of the method: see `casspec_ref.accel.kernel_table`.
 
 The table chooses per row count, so one row may round differently alone (the naive loop) than
 among a verify forward's rows, and a greedy argmax can flip at a near-tie. The target's own
-forwards therefore ask for the *shape-invariant* form (`exact_linear(..., shape_invariant=True)`):
-one form per (weight shape, dtype) whose rows come out the same bits at every row count, row
-position and thread count, so a row's product does not depend on its forward's shape. Which form
-has that property depends on the CPU and the library, so it is checked on the machine
-(`casspec_ref.accel.invariance`) and kept in the table's ``invariant`` entries. In 16-bit floats a
-shape without an entry takes `SHAPE_INVARIANT_FORM`; in float32 a shape without an entry (none of
-the forms passed, or the machine was not checked) falls back to the per-row-count form
+forwards therefore run *tiled* (`exact_linear(..., shape_invariant=True)`, `tiled_linear`): the
+rows are cut into tiles of a fixed number of rows R, the last tile zero-padded, and each tile is
+one library call of shape ``(R, in) x (in, out)``. Every call a target forward makes then has the
+same shape, whatever its row count, so the library picks the same kernel, blocking and order of
+additions for every call: that is invariant by construction. What a construction cannot fix is
+whether a row's bits depend on its place inside the tile; every blocked matrix kernel computes
+the rows of one register block alike, and the machine's check confirms it per weight shape
+(`casspec_ref.accel.invariance`), choosing each shape's tile (base form and R) and keeping it in
+the table's ``invariant`` entries. A shape without a checked tile runs one row per call
+(`ROW_BY_ROW`): every call the same one-row shape, invariant without any check
 (docs/floating_point.md).
 """
 
@@ -93,12 +96,12 @@ class Form:
         return f"{self.base}@{self.pad_to}" if self.pad_to else self.base
 
 
-#: The shape-invariant form of a 16-bit product on a CPU when the table has no checked entry (the
-#: module docstring): the transposed product, one row padded to two (a one-row product would run a
-#: matrix-vector kernel, which sums in another order).
-SHAPE_INVARIANT_FORM = Form("wxt", 2)
-#: The dtypes whose CPU products take `SHAPE_INVARIANT_FORM` when the table has no invariant entry.
-SHAPE_INVARIANT_DTYPES = (torch.bfloat16, torch.float16)
+#: The tile sizes the machine's check tries (`casspec_ref.accel.invariance`): a larger tile makes
+#: a one-row product (the naive loop's) cost more and a many-row one (a verify forward's) less.
+TILE_ROWS = (2, 4, 8)
+#: The construction of a shape no check has covered: one row per call, in the dtype's one-row
+#: form (`default_form`). Every call has the one-row shape, so no check is needed.
+ROW_BY_ROW = None
 
 
 def default_form(dtype: torch.dtype, rows: int) -> Form:
@@ -237,8 +240,8 @@ def exact_linear(
     shape_invariant: bool = False,
 ) -> torch.Tensor:
     """``x @ weight.T + bias`` in the form the active table chose for this shape and row count;
-    with ``shape_invariant``, on a CPU, in the shape's invariant form (one form for every row
-    count: `KernelTable.invariant`, else `SHAPE_INVARIANT_FORM` in 16-bit floats).
+    with ``shape_invariant``, on a CPU, tiled (`tiled_linear`) in the shape's checked tile
+    (`KernelTable.invariant`), or row by row where the shape has none (`ROW_BY_ROW`).
 
     Args:
         x: ``(..., in)``; weight: ``(out, in)``; bias: ``(out,)`` or None.
@@ -246,11 +249,8 @@ def exact_linear(
         ``(..., out)``.
     """
     if shape_invariant and x.device.type == "cpu":
-        form = _ACTIVE.invariant.get((weight.shape[0], weight.shape[1], x.dtype))
-        if form is None and x.dtype in SHAPE_INVARIANT_DTYPES:
-            form = SHAPE_INVARIANT_FORM
-        if form is not None:
-            return apply_form(form, x, weight, bias)
+        tile = _ACTIVE.invariant.get((weight.shape[0], weight.shape[1], x.dtype), ROW_BY_ROW)
+        return tiled_linear(tile, x, weight, bias)
     rows = x.numel() // x.shape[-1]
     form = _ACTIVE.forms.get((weight.shape[0], weight.shape[1], x.dtype, table_rows(rows)))
     if form is None:
@@ -258,6 +258,34 @@ def exact_linear(
         # host to launch kernels, and F.linear is one launch where a padded form is four.
         form = default_form(x.dtype, rows) if x.device.type == "cpu" else Form("linear")
     return apply_form(form, x, weight, bias)
+
+
+def tile_rows(tile: Form | None) -> int:
+    """The rows of one call of ``tile`` (`tiled_linear`): its ``pad_to``; 1 row by row."""
+    return 1 if tile is None else max(tile.pad_to, 1)
+
+
+def tiled_linear(
+    tile: Form | None, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
+    """``x @ weight.T + bias`` with every library call of one shape: the rows cut into tiles of
+    R = ``tile.pad_to`` rows, the last zero-padded to R, each tile one call in ``tile.base``
+    (``tile`` None: one row per call, in the dtype's one-row form). A row's output depends on
+    its own row, the shapes and its place in the tile, never on how many rows the call holds.
+
+    Args:
+        x: ``(..., in)``; weight: ``(out, in)``; bias: ``(out,)`` or None.
+    Returns:
+        ``(..., out)``.
+    """
+    call = default_form(x.dtype, 1) if tile is None else Form(tile.base)
+    size = tile_rows(tile)
+    rows = x.reshape(-1, x.shape[-1])  # (N, in)
+    n = rows.shape[0]
+    rows = F.pad(rows, (0, 0, 0, -n % size)).contiguous()  # (N', in), N' a multiple of R
+    tiles = [apply_form(call, rows[s : s + size], weight, bias) for s in range(0, n, size)]
+    out = tiles[0] if len(tiles) == 1 else torch.cat(tiles)  # (N', out)
+    return out[:n].reshape(*x.shape[:-1], weight.shape[0])  # (..., out)
 
 
 def apply_form(
