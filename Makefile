@@ -1,7 +1,8 @@
 # casspec_ref: every target sets itself up from nothing but Python >= 3.11 and make.
 #   make demo   set up, then plain decoding and CAS-Spec side by side on the embedded SmolLM2-135M
-#   make test   set up, then lint (ruff), type-check (mypy), the whole test suite, the tutorials and
-#               the hand-mutant gallery
+#   make test   set up, then lint (ruff), type-check (mypy), the whole test suite, the exactness
+#               tests under every dispatch level the CPU has, the tutorials and the hand-mutant
+#               gallery
 #   make bench  set up, then the micro-benchmarks and the benchmark harness in quick mode
 #   make results  docs/results.md from the records in docs/bench/ (no measurement)
 #   make lab    set up with the `tutorials` extra (JupyterLab), then open the tutorials
@@ -16,9 +17,9 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 # The tests run on a fixed thread count (a result never depends on the load); `demo` and
 # `bench` leave it to the library's thread policy (casspec_ref/accel/threads.py), unless set.
-pytest tutorials thorough: export OMP_NUM_THREADS ?= 2
+pytest tutorials thorough dispatch-levels: export OMP_NUM_THREADS ?= 2
 
-.PHONY: setup demo test lint typecheck pytest tutorials hand-mutants lab bench results clean
+.PHONY: setup demo test lint typecheck pytest dispatch-levels tutorials hand-mutants lab bench results clean
 
 # torch==2.13.0 goes first, alone, so that pip takes the CPU build present on these machines
 # instead of resolving a multi-GB CUDA build; the package and its dev tools come next, then the
@@ -46,6 +47,11 @@ typecheck: setup
 pytest: setup
 	$(BIN)/python -m pytest -q --durations=20 tests
 
+# The exactness tests again under each vector level the CPU has (torch, oneDNN and MKL pinned to
+# it: tests/dispatch_levels.py); prints which levels ran and names those this CPU lacks.
+dispatch-levels: setup
+	$(BIN)/python tests/dispatch_levels.py
+
 # The tutorials: every notebook executed with its exercises solved, and every exercise's check
 # shown to fail on the unfilled stub (tutorials/exercises.py); the slowest runs are listed.
 tutorials: setup
@@ -59,7 +65,7 @@ $(LAB_STAMP): $(STAMP)
 lab: $(LAB_STAMP)
 	$(BIN)/jupyter lab tutorials/
 
-test: lint typecheck pytest tutorials hand-mutants
+test: lint typecheck pytest dispatch-levels tutorials hand-mutants
 
 bench: setup
 	$(BIN)/python -m pytest -q benchmarks --benchmark-only

@@ -181,7 +181,12 @@ def test_a_start_beside_busy_cores_checks_at_its_own_count_and_holds_it(
     levels_checked: list[tuple[int, ...]] = []
 
     def fake_check(
-        wanted: object, dtype: torch.dtype, levels: tuple[int, ...], table: object, head: object
+        wanted: object,
+        dtype: torch.dtype,
+        levels: tuple[int, ...],
+        table: object,
+        head: object,
+        cache: object,
     ) -> invariance.Report:
         levels_checked.append(levels)
         return invariance.Report(dtype, levels, attention=True)
@@ -243,7 +248,7 @@ def test_a_contended_table_serves_its_process_and_is_never_cached(
         kernel_table, "calibrate", lambda s, d, **kw: calls.append(s) or contended_calibrate(s, d)
     )
     kernel_table.prepare({(40, 24)}, torch.float32)
-    assert not kernel_table.cache_path().exists() and not list(tmp_path.rglob("*.json"))
+    assert not kernel_table.cache_path().exists() and not list(tmp_path.rglob("kernels-*.json"))
     assert kernels.active_table().form_for(40, 24, torch.float32, 1) == Form("wxt")
     with pytest.raises(ValueError, match="not cached"):
         kernel_table.save_cached(contended_calibrate({(40, 24)}, torch.float32))
@@ -415,3 +420,54 @@ def test_the_head_is_checked_to_the_rows_its_forwards_compute(
     assert rows_of == {
         s: invariance.HEAD_ROWS if s in head else invariance.FULL_ROWS for s in shapes
     }
+
+
+def test_the_checks_verdicts_are_reached_once_per_machine_and_kept(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A second process (the in-process memo cleared) reads the tiles and the attention's verdict
+    from the file the first wrote, checking nothing; a file written under another dispatch level
+    or damaged is not trusted, and the check runs again."""
+    checked: list[tuple[int, int]] = []
+
+    def fake_form(shape, dtype, levels, ranked, rows):  # type: ignore[no-untyped-def]
+        checked.append(shape)
+        return Form("wxt", 4) if shape == (8, 16) else None
+
+    monkeypatch.setattr(invariance, "invariant_form", fake_form)
+    monkeypatch.setattr(
+        invariance, "attention_agrees", lambda dtype, levels: checked.append((0, 0)) or True
+    )
+    monkeypatch.setattr(kernel_table, "_INVARIANT", {})
+    monkeypatch.setattr(kernel_table, "_ATTENTION", {})
+    path = tmp_path / "verdicts.json"
+    shapes = {(8, 16), (4, 8)}
+    first = kernel_table.check_invariance(shapes, torch.float16, (1, 2), cache=path)
+    assert sorted(checked) == [(0, 0), (4, 8), (8, 16)]
+    for memo in (kernel_table._INVARIANT, kernel_table._ATTENTION):
+        memo.clear()
+    checked.clear()
+    again = kernel_table.check_invariance(shapes, torch.float16, (1, 2), cache=path)
+    assert checked == [] and again.forms == first.forms == {(8, 16): Form("wxt", 4), (4, 8): None}
+    assert again.attention
+    data = json.loads(path.read_text())
+    data["key"]["capability"] = "some other level"
+    path.write_text(json.dumps(data))
+    kernel_table._INVARIANT.clear()
+    kernel_table.check_invariance(shapes, torch.float16, (1, 2), cache=path)
+    assert sorted(checked) == [(4, 8), (8, 16)]
+    path.write_text("{ damaged")
+    kernel_table._INVARIANT.clear()
+    checked.clear()
+    kernel_table.check_invariance(shapes, torch.float16, (1, 2), cache=path)
+    assert sorted(checked) == [(4, 8), (8, 16)]
+
+
+def test_the_machine_key_names_the_dispatch_levels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A table or verdict made under one cap of oneDNN or MKL is not read under another."""
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    plain = kernel_table.machine_key()
+    assert plain["capability"] == torch.backends.cpu.get_cpu_capability()
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    assert kernel_table.machine_key() != plain
+    assert kernel_table.cache_path() != kernel_table.cache_path(plain)

@@ -201,7 +201,7 @@ class Report:
     def gaps(self) -> str:
         """What did not pass, in words ("" when the report is complete)."""
         missing = [f"{o}x{i}" for (o, i), f in self.forms.items() if f is None]
-        words = [f"no invariant product form for {', '.join(missing)}"] if missing else []
+        words = [f"no tile passed for {', '.join(missing)}: row by row"] if missing else []
         words += [] if self.attention else ["attention rounds by shape"]
         return "; ".join(words)
 

@@ -494,11 +494,26 @@ def machine_key() -> dict[str, str]:
     return {
         "torch": torch.__version__,
         "cpu": cpu,
+        **dispatch_levels(),
         "arch": platform.machine(),
         "threads": str(threads.apply().max_threads),
         "forms": ",".join(BASE_FORMS),
         "calibration": CALIBRATION,
     }
+
+
+#: The variables that cap the instructions torch's, oneDNN's and MKL's kernels may use.
+DISPATCH_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
+
+
+def dispatch_levels() -> dict[str, str]:
+    """The vector level torch's kernels run at here (``torch.backends.cpu.get_cpu_capability``)
+    and the caps set for oneDNN and MKL: kernels, and with them a row's rounding, change with
+    each, so a table or a check is kept per combination."""
+    levels = {"capability": torch.backends.cpu.get_cpu_capability()}
+    for name in DISPATCH_VARIABLES[1:]:
+        levels[name.lower()] = os.environ.get(name, "")
+    return levels
 
 
 def cache_path(key: Mapping[str, str] | None = None) -> Path:
@@ -579,7 +594,9 @@ def prepare(
     table = _install_measured(wanted, dtype, mode) if mode != "default" else MeasuredTable()
     busy_start = policy.mode == "auto" and policy.threads < policy.max_threads
     levels = (policy.threads,) if busy_start else tuple(sorted({1, policy.max_threads}))
-    report = check_invariance(wanted, dtype, levels, table, frozenset(head_only))
+    report = check_invariance(wanted, dtype, levels, table, frozenset(head_only), verdicts_path())
+    if not report.complete:
+        print(f"casspec_ref: {str(dtype).removeprefix('torch.')}: {report.gaps}", file=sys.stderr)
     if busy_start:
         note = f"started beside busy cores: checked at {policy.threads} thread only; it holds"
         threads.allow_switching(False, note)
@@ -622,29 +639,90 @@ def check_invariance(
     levels: tuple[int, ...],
     table: MeasuredTable | None = None,
     head_only: Collection[tuple[int, int]] = frozenset(),
+    cache: Path | None = None,
 ) -> invariance.Report:
-    """Each shape's invariant form (cheapest first by ``table``'s one-row timings; to
+    """Each shape's tile (in `invariance.ranked_tiles` order by ``table``'s timings; to
     `invariance.HEAD_ROWS` rows for the shapes of ``head_only``, `invariance.FULL_ROWS` for the
     others) and the attention's check, installed in the active table and kept in
-    `invariance.REPORTS`; each shape and dtype is checked once per process."""
+    `invariance.REPORTS`. Each verdict is reached once per machine (`machine_key`, dispatch
+    levels included) and kept in ``cache`` (a file of `verdicts_path`'s; None: this process
+    only). The tile is chosen by the timings the first check had."""
     timings = {} if table is None else table.timings_us
+    verdicts = _load_verdicts(cache)
     report = invariance.Report(dtype, levels)
     for o, i in sorted(wanted):
         rows = invariance.HEAD_ROWS if (o, i) in head_only else invariance.FULL_ROWS
         key = (o, i, dtype, levels, rows)
+        if key not in _INVARIANT and _verdict_key(key) in verdicts:
+            found = verdicts[_verdict_key(key)]
+            _INVARIANT[key] = None if found is None else Form.parse(str(found))
         if key not in _INVARIANT:
             tile_timings = {r: timings.get((o, i, dtype, r), {}) for r in TILE_ROWS}
             ranked = invariance.ranked_tiles(dtype, tile_timings)
             _INVARIANT[key] = invariance.invariant_form((o, i), dtype, levels, ranked, rows)
         form = _INVARIANT[key]
+        verdicts[_verdict_key(key)] = None if form is None else str(form)
         report.forms[(o, i)] = form
         if form is not None:
             active_table().invariant[(o, i, dtype)] = form
+    attention_key = _verdict_key((dtype, levels))
     if (dtype, levels) not in _ATTENTION:
-        _ATTENTION[(dtype, levels)] = invariance.attention_agrees(dtype, levels)
-    report.attention = _ATTENTION[(dtype, levels)]
+        cached = verdicts.get(attention_key)
+        agrees = invariance.attention_agrees(dtype, levels) if cached is None else bool(cached)
+        _ATTENTION[(dtype, levels)] = agrees
+    report.attention = verdicts[attention_key] = _ATTENTION[(dtype, levels)]
+    _save_verdicts(cache, verdicts)
     invariance.REPORTS[dtype] = report
     return report
+
+
+#: Bumped when the check or the constructions it checks change: older verdicts are not reused.
+CHECK_VERSION = "tiles-1"
+
+
+def verdicts_path(key: Mapping[str, str] | None = None) -> Path:
+    """``kernels-<hash>.json``'s sibling for the shape-invariance check's verdicts."""
+    path = cache_path(key)
+    return path.with_name(path.name.replace("kernels-", "invariance-", 1))
+
+
+def _verdict_key(key: tuple) -> str:
+    return repr(tuple(str(k).removeprefix("torch.") for k in key))
+
+
+def _load_verdicts(path: Path | None) -> dict[str, object]:
+    """The verdicts cached at ``path`` for this machine and check (empty if none or damaged:
+    a verdict is only trusted from a file this code wrote for this machine)."""
+    if path is None:
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    key = {**machine_key(), "check": CHECK_VERSION}
+    if not isinstance(data, dict) or data.get("key") != key:
+        return {}
+    found = data.get("verdicts")
+    if not isinstance(found, dict):
+        return {}
+    return {
+        k: v
+        for k, v in found.items()
+        if isinstance(k, str) and (v is None or isinstance(v, str | bool))
+    }
+
+
+def _save_verdicts(path: Path | None, verdicts: dict[str, object]) -> None:
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        key = {**machine_key(), "check": CHECK_VERSION}
+        tmp.write_text(json.dumps({"key": key, "verdicts": verdicts}, indent=1, sort_keys=True))
+        tmp.replace(path)
+    except OSError:
+        pass  # a read-only cache: the check runs again next time
 
 
 def _process_only(
