@@ -92,10 +92,30 @@ def test_compare_ar_reports_a_measured_speedup_and_identity() -> None:
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr
-    summary = proc.stdout.strip().splitlines()[-1]
-    assert "plain decoding" in summary and "speedup" in summary
-    assert "identical to plain decoding" in summary  # greedy: the same tokens
+    lines = proc.stdout.strip().splitlines()
+    summary, exact, plain = lines[-3:]
+    assert "speedup" in summary and "over the" in summary and "naive loop" in summary
+    assert "identical to the exact naive loop's" in summary  # greedy: the same tokens
     assert "estimate" not in summary
+    assert exact.startswith("naive loop, exact:") and plain.startswith("naive loop, plain:")
+    base = "exact" if "<- the base" in exact else "plain"
+    assert f"over the {base} naive loop" in summary and ("<- the base" in plain) == (
+        base == "plain"
+    )
+
+
+def test_the_base_is_the_faster_naive_loop_with_the_same_tokens() -> None:
+    """The plain loop is the base only when its tokens are the same; the exact loop otherwise
+    (and when neither is), whatever the speeds."""
+    from casspec_ref.tools.naive import NaiveRun, fastest_equal
+
+    exact, plain = NaiveRun("exact", [1, 2], 2.0), NaiveRun("plain", [1, 2], 1.0)
+    assert fastest_equal([exact, plain], [1, 2]) is plain
+    other = NaiveRun("plain", [1, 3], 0.5)
+    assert fastest_equal([exact, other], [1, 2]) is exact
+    assert fastest_equal([exact, other], [9]) is exact
+    slower = NaiveRun("plain", [1, 2], 4.0)
+    assert fastest_equal([exact, slower], [1, 2]) is exact
 
 
 def test_demo_rejects_a_bad_length(capsys) -> None:

@@ -408,7 +408,7 @@ def test_the_head_is_checked_to_the_rows_its_forwards_compute(
     assert kernel_table.head_only_shapes(shared) == set()
     rows_of: dict[tuple[int, int], int] = {}
 
-    def fake_form(shape, dtype, levels, ranked, rows):  # type: ignore[no-untyped-def]
+    def fake_form(shape, dtype, levels, ranked, rows, known):  # type: ignore[no-untyped-def]
         rows_of[shape] = rows
         return Form("wxt")
 
@@ -430,9 +430,14 @@ def test_the_checks_verdicts_are_reached_once_per_machine_and_kept(
     or damaged is not trusted, and the check runs again."""
     checked: list[tuple[int, int]] = []
 
-    def fake_form(shape, dtype, levels, ranked, rows):  # type: ignore[no-untyped-def]
-        checked.append(shape)
-        return Form("wxt", 4) if shape == (8, 16) else None
+    def fake_form(shape, dtype, levels, ranked, rows, known):  # type: ignore[no-untyped-def]
+        for tile in ranked:  # as the real one: a known verdict is not checked again
+            if str(tile) not in known:
+                checked.append(shape)
+                known[str(tile)] = shape == (8, 16) and tile == Form("wxt", 4)
+            if known[str(tile)]:
+                return tile
+        return None
 
     monkeypatch.setattr(invariance, "invariant_form", fake_form)
     monkeypatch.setattr(
@@ -443,7 +448,7 @@ def test_the_checks_verdicts_are_reached_once_per_machine_and_kept(
     path = tmp_path / "verdicts.json"
     shapes = {(8, 16), (4, 8)}
     first = kernel_table.check_invariance(shapes, torch.float16, (1, 2), cache=path)
-    assert sorted(checked) == [(0, 0), (4, 8), (8, 16)]
+    assert (0, 0) in checked and {(4, 8), (8, 16)} <= set(checked)
     for memo in (kernel_table._INVARIANT, kernel_table._ATTENTION):
         memo.clear()
     checked.clear()
@@ -455,12 +460,12 @@ def test_the_checks_verdicts_are_reached_once_per_machine_and_kept(
     path.write_text(json.dumps(data))
     kernel_table._INVARIANT.clear()
     kernel_table.check_invariance(shapes, torch.float16, (1, 2), cache=path)
-    assert sorted(checked) == [(4, 8), (8, 16)]
+    assert {(4, 8), (8, 16)} == set(checked)
     path.write_text("{ damaged")
     kernel_table._INVARIANT.clear()
     checked.clear()
     kernel_table.check_invariance(shapes, torch.float16, (1, 2), cache=path)
-    assert sorted(checked) == [(4, 8), (8, 16)]
+    assert {(4, 8), (8, 16)} == set(checked)
 
 
 def test_the_machine_key_names_the_dispatch_levels(monkeypatch: pytest.MonkeyPatch) -> None:

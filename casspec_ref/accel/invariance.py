@@ -85,10 +85,13 @@ def invariant_form(
     levels: Iterable[int],
     ranked: list[Form],
     rows: int = FULL_ROWS,
+    known: dict[str, bool] | None = None,
 ) -> Form | None:
     """The first tile of ``ranked`` whose rows agree (`rows_agree`, a block of ``rows`` rows,
     computed by `tiled_linear`) for a weight of ``shape`` ``(out, in)`` in ``dtype``; None if
-    none does."""
+    none does. ``known``: verdicts by tile (``str(tile)``) reached before on this machine, used
+    instead of checking again; the new ones are added to it."""
+    known = {} if known is None else known
     gen = torch.Generator().manual_seed(0)
     out_f, in_f = shape
     weight = torch.randn(out_f, in_f, generator=gen).to(dtype)
@@ -96,7 +99,10 @@ def invariant_form(
     for tile in ranked:
         if tile.base == "split" and out_f % 2:
             continue
-        if rows_agree(partial(tiled_linear, tile, weight=weight, bias=None), x, levels, gen):
+        if str(tile) not in known:
+            rows_of = partial(tiled_linear, tile, weight=weight, bias=None)
+            known[str(tile)] = rows_agree(rows_of, x, levels, gen)
+        if known[str(tile)]:
             return tile
     return None
 

@@ -644,24 +644,22 @@ def check_invariance(
     """Each shape's tile (in `invariance.ranked_tiles` order by ``table``'s timings; to
     `invariance.HEAD_ROWS` rows for the shapes of ``head_only``, `invariance.FULL_ROWS` for the
     others) and the attention's check, installed in the active table and kept in
-    `invariance.REPORTS`. Each verdict is reached once per machine (`machine_key`, dispatch
-    levels included) and kept in ``cache`` (a file of `verdicts_path`'s; None: this process
-    only). The tile is chosen by the timings the first check had."""
+    `invariance.REPORTS`. Each tile's verdict is reached once per machine (`machine_key`,
+    dispatch levels included) and kept in ``cache`` (a file of `verdicts_path`'s; None: this
+    process only); the order the tiles are tried in comes from this run's timings."""
     timings = {} if table is None else table.timings_us
     verdicts = _load_verdicts(cache)
     report = invariance.Report(dtype, levels)
     for o, i in sorted(wanted):
         rows = invariance.HEAD_ROWS if (o, i) in head_only else invariance.FULL_ROWS
         key = (o, i, dtype, levels, rows)
-        if key not in _INVARIANT and _verdict_key(key) in verdicts:
-            found = verdicts[_verdict_key(key)]
-            _INVARIANT[key] = None if found is None else Form.parse(str(found))
         if key not in _INVARIANT:
             tile_timings = {r: timings.get((o, i, dtype, r), {}) for r in TILE_ROWS}
             ranked = invariance.ranked_tiles(dtype, tile_timings)
-            _INVARIANT[key] = invariance.invariant_form((o, i), dtype, levels, ranked, rows)
+            known = verdicts.setdefault(_verdict_key(key), {})
+            assert isinstance(known, dict)
+            _INVARIANT[key] = invariance.invariant_form((o, i), dtype, levels, ranked, rows, known)
         form = _INVARIANT[key]
-        verdicts[_verdict_key(key)] = None if form is None else str(form)
         report.forms[(o, i)] = form
         if form is not None:
             active_table().invariant[(o, i, dtype)] = form
@@ -677,7 +675,7 @@ def check_invariance(
 
 
 #: Bumped when the check or the constructions it checks change: older verdicts are not reused.
-CHECK_VERSION = "tiles-1"
+CHECK_VERSION = "tiles-2"
 
 
 def verdicts_path(key: Mapping[str, str] | None = None) -> Path:
@@ -705,11 +703,16 @@ def _load_verdicts(path: Path | None) -> dict[str, object]:
     found = data.get("verdicts")
     if not isinstance(found, dict):
         return {}
-    return {
-        k: v
-        for k, v in found.items()
-        if isinstance(k, str) and (v is None or isinstance(v, str | bool))
-    }
+    return {k: v for k, v in found.items() if isinstance(k, str) and _well_formed(v)}
+
+
+def _well_formed(verdict: object) -> bool:
+    """An attention verdict (a bool) or a shape's verdicts by tile (tile name -> bool)."""
+    if isinstance(verdict, bool):
+        return True
+    return isinstance(verdict, dict) and all(
+        isinstance(k, str) and isinstance(v, bool) for k, v in verdict.items()
+    )
 
 
 def _save_verdicts(path: Path | None, verdicts: dict[str, object]) -> None:

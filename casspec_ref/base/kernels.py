@@ -278,14 +278,31 @@ def tiled_linear(
     Returns:
         ``(..., out)``.
     """
-    call = default_form(x.dtype, 1) if tile is None else Form(tile.base)
-    size = tile_rows(tile)
+    call, size = _tile_call(tile, x.dtype)
     rows = x.reshape(-1, x.shape[-1])  # (N, in)
     n = rows.shape[0]
-    rows = F.pad(rows, (0, 0, 0, -n % size)).contiguous()  # (N', in), N' a multiple of R
-    tiles = [apply_form(call, rows[s : s + size], weight, bias) for s in range(0, n, size)]
-    out = tiles[0] if len(tiles) == 1 else torch.cat(tiles)  # (N', out)
-    return out[:n].reshape(*x.shape[:-1], weight.shape[0])  # (..., out)
+    if n == size:  # one whole tile (the naive loop's product when R = 1)
+        out = apply_form(call, rows.contiguous(), weight, bias)
+    elif n < size:  # one padded tile (the naive loop's product, a small tree's)
+        padded = torch.cat((rows, _zeros(size - n, rows.shape[1], x.dtype, x.device)))  # (R, in)
+        out = apply_form(call, padded, weight, bias)[:n]
+    else:
+        rows = F.pad(rows, (0, 0, 0, -n % size)).contiguous()  # (N', in), N' a multiple of R
+        tiles = [apply_form(call, rows[s : s + size], weight, bias) for s in range(0, n, size)]
+        out = torch.cat(tiles)[:n]  # (N, out)
+    return out.reshape(*x.shape[:-1], weight.shape[0])  # (..., out)
+
+
+@functools.cache
+def _zeros(rows: int, cols: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A ``(rows, cols)`` block of zeros, made once and only ever read (a tile's padding)."""
+    return torch.zeros(rows, cols, dtype=dtype, device=device)
+
+
+@functools.cache
+def _tile_call(tile: Form | None, dtype: torch.dtype) -> tuple[Form, int]:
+    """The form of each of ``tile``'s calls, and its rows (`tile_rows`)."""
+    return (default_form(dtype, 1) if tile is None else Form(tile.base)), tile_rows(tile)
 
 
 def apply_form(

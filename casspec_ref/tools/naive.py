@@ -1,0 +1,68 @@
+"""The naive loops a speedup is measured against, timed side by side.
+
+The naive loop runs in two forms (docs/floating_point.md): ``exact``, the target's
+shape-invariant forwards, whose tokens every speculative method equals bit for bit; and
+``plain``, the fastest kernels per row count, whose rows round by shape. Where the plain loop
+gives the same tokens it is the faster honest base; where it does not, the exact loop is. The
+demo and ``generate --compare-ar`` report a speedup against `fastest_equal`, as the bench does.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from casspec_ref.generate import generate_ar
+from casspec_ref.model import Transformer
+
+
+@dataclass(frozen=True)
+class NaiveRun:
+    """One timed naive loop: its form, tokens and speed."""
+
+    form: str  # "exact" or "plain"
+    tokens: list[int]
+    seconds: float
+
+    @property
+    def tokens_per_s(self) -> float:
+        return len(self.tokens) / self.seconds if self.seconds > 0 else float("nan")
+
+
+def time_naive_loops(
+    model: Transformer, prompt: Sequence[int], max_new_tokens: int, **options: Any
+) -> list[NaiveRun]:
+    """Run the naive loop in the exact form, then in the plain form (``generate_ar``'s
+    ``options``), each timed; the model's form is restored."""
+    runs = []
+    previous = model.shape_invariant
+    try:
+        for form, invariant in (("exact", True), ("plain", False)):
+            model.shape_invariant = invariant
+            start = time.perf_counter()
+            result = generate_ar(model, prompt, max_new_tokens, **options)
+            runs.append(NaiveRun(form, list(result.tokens), time.perf_counter() - start))
+    finally:
+        model.shape_invariant = previous
+    return runs
+
+
+def fastest_equal(runs: Sequence[NaiveRun], tokens: Sequence[int]) -> NaiveRun:
+    """The faster of ``runs`` whose tokens equal ``tokens``; the exact loop when none does."""
+    equal = [r for r in runs if r.tokens == list(tokens)]
+    if not equal:
+        return next(r for r in runs if r.form == "exact")
+    return max(equal, key=lambda r: r.tokens_per_s)
+
+
+def describe(runs: Sequence[NaiveRun], base: NaiveRun, tokens: Sequence[int]) -> list[str]:
+    """One line per naive loop: its speed, whether its tokens equal ``tokens``, which is the
+    base."""
+    lines = []
+    for r in runs:
+        same = "same tokens" if r.tokens == list(tokens) else "other tokens"
+        mark = "  <- the base" if r is base else ""
+        lines.append(f"naive loop, {r.form}: {r.tokens_per_s:6.1f} tok/s ({same}){mark}")
+    return lines
