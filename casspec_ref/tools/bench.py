@@ -844,7 +844,7 @@ def environment(device: str, dtype: str, command: str = "") -> dict[str, Any]:
     """What a reader needs to reproduce the figures: the command, machine, software, commit."""
     import torch
 
-    from casspec_ref.accel import invariance, threads
+    from casspec_ref.accel import invariance, kernel_table, threads
 
     commit = git_commit()
     name = torch.cuda.get_device_name() if device.startswith("cuda") else platform.processor()
@@ -858,6 +858,7 @@ def environment(device: str, dtype: str, command: str = "") -> dict[str, Any]:
         "threads": torch.get_num_threads(),
         "thread_policy": threads.apply().as_dict(),
         "shape_invariance": invariance.reports(),
+        "dispatch": kernel_table.dispatch_levels(),
         "python": platform.python_version(),
         "platform": platform.platform(),
         "git_commit": commit,
