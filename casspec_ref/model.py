@@ -199,8 +199,9 @@ class Transformer(nn.Module):
         self._derived: dict[object, tuple] = {}
         #: The loader's draft hierarchy for this checkpoint; None = `speculative.default_drafts`.
         self.preset_drafts: tuple[ExecutionPlan, ...] | None = None
-        #: The target's forwards (the identity plan) in the shape-invariant forms of `attention`
-        #: and `exact_linear`: a row's logits do not depend on how many rows its forward runs.
+        #: The target's forwards (the identity plan) in the shape-invariant forms of `attention`,
+        #: `exact_linear` (tiled) and `rowwise`: a row's logits do not depend on how many rows
+        #: its forward runs.
         #: False = the plain forms (fused attention, the fastest product per row count), whose
         #: rounding does. Drafts always run the plain forms: a draft only proposes tokens.
         self.shape_invariant = True

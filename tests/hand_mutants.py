@@ -157,6 +157,34 @@ MUTANTS = (
         "keep = nucleus.top_p_keep(torch.softmax(logits.double() / temperature, -1), top_p)",
         ("tests/test_sampling_semantics.py",),
     ),
+    Mutant(
+        "tiles: the last tile left short (a call of another shape, as an unpadded form makes)",
+        "casspec_ref/base/kernels.py",
+        "rows = F.pad(rows, (0, 0, 0, -n % size)).contiguous()",
+        "rows = rows.contiguous()",
+        ("tests/test_kernels.py",),
+    ),
+    Mutant(
+        "tiles: a single short tile sent unpadded",
+        "casspec_ref/base/kernels.py",
+        "padded = torch.cat((rows, _zeros(size - n, rows.shape[1], x.dtype, x.device)))",
+        "padded = rows",
+        ("tests/test_kernels.py",),
+    ),
+    Mutant(
+        "elementwise: rows not padded to whole vector steps (the scalar tail comes back)",
+        "casspec_ref/base/elementwise.py",
+        "if width % VECTOR_CHUNK or not rows.is_contiguous():",
+        "if not rows.is_contiguous():",
+        ("tests/test_elementwise.py",),
+    ),
+    Mutant(
+        "elementwise: one call whatever its size (torch splits it between threads)",
+        "casspec_ref/base/elementwise.py",
+        "if rows.shape[0] <= per_call:",
+        "if True:",
+        ("tests/test_elementwise.py",),
+    ),
 )
 
 

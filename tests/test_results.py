@@ -301,6 +301,7 @@ DEFERRING_PAGES = (
     "docs/benchmarks.md",
     "docs/dsia.md",
     "docs/smollm2.md",
+    "docs/floating_point.md",
 )
 RUN_FIGURE = re.compile(
     r"\d\s*tok/s|\d\s*ms\b|\b\d+\.\d+x\b|\bspeedup (?:of )?\d|\b(?:alpha|c)\s*[=~]\s*0\.\d",
@@ -321,3 +322,31 @@ def test_the_run_figure_check_catches_quoted_figures() -> None:
     planted = "ar 33.3 tok/s; a forward 28.2 ms; cas-spec 1.15x; the int8 draft at c = 0.63"
     assert len(run_figures(planted)) == 4
     assert run_figures("torch 2.13.0, 18 questions, MAT 1.00 for the naive loop, top-p 0.9") == []
+
+
+def test_the_exact_cost_record_is_shown_per_level_and_dtype() -> None:
+    """Every level and dtype a row, both forms' figures side by side, the tiles the check chose,
+    and each level the CPU lacked named."""
+    row = {
+        "level": "avx2",
+        "capability": "AVX2",
+        "dtype": "bfloat16",
+        "forward_ms_T1": {"exact": 30.04, "plain": 25.0},
+        "forward_ms_T16": {"exact": 61.0, "plain": 44.44},
+        "naive_tok_s": {"exact": 20.5, "plain": 25.25},
+        "exact_over_plain": 0.8119,
+        "naive_same_tokens": False,
+        "shape_invariance": [
+            {"dtype": "bfloat16", "forms": {"1x2": "packed@4", "3x4": None, "5x6": "wxt@2"}},
+            {"dtype": "float32", "forms": {"1x2": "linear@8"}},
+        ],
+    }
+    record = {"benchmark": "exact_cost", "rows": [row], "levels_not_run": ["avx512: no avx512f"]}
+    lines = results.section("cpu_exact_cost", record)
+    text = "\n".join(lines)
+    assert (
+        "| avx2 (AVX2) | bfloat16 | 30.0 / 25.0 | 61.0 / 44.4 | 20.5 / 25.2 | 0.812 | no |" in text
+    )
+    assert "packed@4, row by row, wxt@2 |" in text and "linear@8" not in text
+    assert "- not run: avx512: no avx512f" in text
+    assert lines[0] == "## CPU, what exactness costs at each dispatch level"

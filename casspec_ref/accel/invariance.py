@@ -189,7 +189,7 @@ def _attention_case(
 
 @dataclass
 class Report:
-    """What the check found for one dtype: each weight shape's invariant form (None: none
+    """What the check found for one dtype: each weight shape's tile (None: none
     passed) and whether attention passed, at the thread counts ``levels``."""
 
     dtype: torch.dtype
@@ -199,7 +199,7 @@ class Report:
 
     @property
     def complete(self) -> bool:
-        """Every shape has an invariant form and attention passed: the target's rows are the
+        """Every shape has a checked tile and attention passed: the target's rows are the
         same bits at every checked row count and thread count."""
         return self.attention and all(f is not None for f in self.forms.values())
 

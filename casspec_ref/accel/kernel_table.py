@@ -577,7 +577,7 @@ def prepare(
     table is installed and missing shapes are calibrated (`measure`) and cached, unless the
     timings show contention: then the table serves this process only and is measured again on
     a later start. ``calibrate``: the shapes are measured again. In every mode the shapes'
-    invariant forms and the attention are then checked (`check_invariance`; nothing is timed,
+    tiles and the attention are then checked (`check_invariance`; nothing is timed,
     so a busy machine cannot mislead it). Only CPU tables are prepared; other devices keep the
     defaults. The thread policy may switch counts during a run only if the check passed at each
     count it switches between (`casspec_ref.accel.threads.allow_switching`). A process that
@@ -628,7 +628,7 @@ def _install_measured(wanted: set[tuple[int, int]], dtype: torch.dtype, mode: st
     return table
 
 
-#: Checked invariant forms of this process: (out, in, dtype, thread counts, rows) -> form or None.
+#: Checked tiles of this process: (out, in, dtype, thread counts, rows) -> tile, None = row by row.
 _INVARIANT: dict[tuple[int, int, torch.dtype, tuple[int, ...], int], Form | None] = {}
 _ATTENTION: dict[tuple[torch.dtype, tuple[int, ...]], bool] = {}
 

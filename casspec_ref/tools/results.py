@@ -39,6 +39,8 @@ PAGE = Path("docs/results.md")
 # The order of the page's sections; records not named here follow in name order.
 ORDER = (
     "cpu_heldout_greedy",
+    "cpu_heldout_bf16",
+    "cpu_exact_cost",
     "cpu_bundled_greedy",
     "cpu_heldout_sampling",
     "cpu_verify_curve",
@@ -51,6 +53,8 @@ ORDER = (
 )
 TITLES = {
     "cpu_heldout_greedy": "CPU, held-out prompt set, greedy",
+    "cpu_heldout_bf16": "CPU, held-out prompt set, greedy, bfloat16",
+    "cpu_exact_cost": "CPU, what exactness costs at each dispatch level",
     "cpu_bundled_greedy": "CPU, bundled prompt set, greedy",
     "cpu_heldout_sampling": "CPU, held-out prompt set, sampling",
     "cpu_verify_curve": "CPU, the verify cost curve",
@@ -505,6 +509,34 @@ def _busy_cell(c: dict[str, Any]) -> str:
     return f"repeat {c['repeat']}, `{c['setting']}`, `{c['method']}`, `{c['condition']}`"
 
 
+def exact_cost_section(record: dict[str, Any]) -> list[str]:
+    """benchmarks/exact_cost.py: per dispatch level and dtype, the exact and plain forward at
+    T = 1 and 16, the naive loop in both forms, and the tiles the check chose."""
+    header = ["level", "dtype", "T=1 exact / plain ms", "T=16 exact / plain ms"]
+    header += ["naive loop exact / plain tok/s", "exact / plain", "same tokens", "tiles"]
+    rows = []
+    for r in record["rows"]:
+        one, many, naive = r["forward_ms_T1"], r["forward_ms_T16"], r["naive_tok_s"]
+        reports = [x for x in r.get("shape_invariance", []) if x.get("dtype") == r["dtype"]]
+        tiles = sorted({t or "row by row" for x in reports for t in x.get("forms", {}).values()})
+        rows.append(
+            [
+                f"{r['level']} ({r['capability']})",
+                r["dtype"],
+                f"{num(one['exact'], 1)} / {num(one['plain'], 1)}",
+                f"{num(many['exact'], 1)} / {num(many['plain'], 1)}",
+                f"{num(naive['exact'], 1)} / {num(naive['plain'], 1)}",
+                num(r["exact_over_plain"]),
+                "yes" if r["naive_same_tokens"] else "no",
+                ", ".join(tiles) or "-",
+            ]
+        )
+    lines = table(header, rows)
+    for missing in record.get("levels_not_run", []):
+        lines.append(f"- not run: {missing}")
+    return lines
+
+
 def generic_section(record: dict[str, Any]) -> list[str]:
     """A record of no known shape: every scalar it holds, by its path in the JSON."""
     flat = [(path, value) for path, value in _scalars(record) if not path.startswith("environment")]
@@ -537,6 +569,8 @@ def section(name: str, record: dict[str, Any]) -> list[str]:
         body = gpu_forward_section(record)
     elif record.get("benchmark") == "busy_machine" and "rates" in record:
         body = busy_machine_section(record)
+    elif record.get("benchmark") == "exact_cost" and "rows" in record:
+        body = exact_cost_section(record)
     else:
         body = generic_section(record)
     title = TITLES.get(name, name.replace("_", " "))
