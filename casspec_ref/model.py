@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from casspec_ref.base.elementwise import rowwise
-from casspec_ref.base.kernels import exact_linear
+from casspec_ref.base.kernels import active_table, exact_linear
 from casspec_ref.base.model_checks import check_forward_inputs, check_forward_shapes
 from casspec_ref.config import ModelConfig
 from casspec_ref.kv_cache import KVCache
@@ -93,6 +93,7 @@ class TreeKeys(NamedTuple):
     order: Tensor  # (T, S): each token's visible keys first, in sequence order, then the rest
     bias: Tensor  # (T, S): 0 on each token's visible keys in that order, -inf after
     shared: int  # leading keys in the same place for every token: whole KEY_BLOCK blocks
+    alone: bool = False  # each token's attention runs by itself (`attention_token_by_token`)
 
 
 def visible_keys_first(mask: Tensor, dtype: torch.dtype) -> TreeKeys:
@@ -140,6 +141,20 @@ def gathered_attention(q: Tensor, k: Tensor, v: Tensor, tree: TreeKeys) -> Tenso
         out = part if out is None else out + part
     assert out is not None  # S' >= KEY_BLOCK: at least one block
     return out  # (B, H, G*T, Dh)
+
+
+def attention_token_by_token(q: Tensor, k: Tensor, v: Tensor, tree: TreeKeys) -> Tensor:
+    """Each token's `attention` alone over its visible keys in sequence order: the very call the
+    naive loop's one-row forward makes, so the same bits on any machine. The fall-back where the
+    machine's check finds the batched forms rounding by shape (`KernelTable.attention_alone`);
+    one call per token. Shapes as in `gathered_attention`."""
+    tokens = tree.order.shape[0]
+    visible = (tree.bias == 0).sum(-1).tolist()  # each token's number of keys (one host sync)
+    out = torch.empty_like(q)  # (B, H, G*T, Dh)
+    for i, count in enumerate(visible):
+        keys = tree.order[i, :count]  # (count,), in sequence order
+        out[:, :, i::tokens] = attention(q[:, :, i::tokens], k[:, :, keys], v[:, :, keys], None)
+    return out
 
 
 def _padded_rows(x: Tensor) -> Tensor:
@@ -301,9 +316,13 @@ class Transformer(nn.Module):
             x = x + w["pos_emb.weight"][positions]
         # A tree's rows in the shape-invariant form: each token attends over its own keys, in
         # sequence order (`gathered_attention`); otherwise one bias for all rows, (G*T, S).
+        # Where the machine's check found attention rounding by shape, each token runs alone.
         tree: TreeKeys | None = None
         bias: Tensor | None = None
-        if exact and attn_mask is not None:
+        if exact and n_new > 1 and dtype in active_table().attention_alone:
+            mask = _causal(n_new, past, tokens.device) if attn_mask is None else attn_mask
+            tree = visible_keys_first(mask, dtype)._replace(alone=True)
+        elif exact and attn_mask is not None:
             tree = visible_keys_first(attn_mask, dtype)
         else:
             bias = self._attention_bias(attn_mask, n_new, past, dtype, tokens.device)
@@ -381,7 +400,9 @@ class Transformer(nn.Module):
                 k, v = k.to(q.dtype), v.to(q.dtype)
         q = q.reshape(n_batch, c.n_kv_heads, -1, c.head_dim)  # (B, Hkv, G*T, Dh)
         bias, tree = keys
-        if tree is not None:
+        if tree is not None and tree.alone:
+            out = attention_token_by_token(q, k, v, tree)  # (B, Hkv, G*T, Dh)
+        elif tree is not None:
             out = gathered_attention(q, k, v, tree)  # (B, Hkv, G*T, Dh)
         else:
             out = attention(q, k, v, bias, exact)  # (B, Hkv, G*T, Dh)
@@ -415,6 +436,11 @@ class Transformer(nn.Module):
             return None
         group = self.config.n_heads // self.config.n_kv_heads
         return bias.repeat(group, 1) if group > 1 else bias
+
+
+def _causal(n_new: int, past: int, device: torch.device) -> Tensor:
+    """The causal mask ``(T, past + T)``: new token ``i`` sees keys ``0..past + i``."""
+    return torch.ones(n_new, past + n_new, dtype=torch.bool, device=device).tril(past)
 
 
 def _gelu(x: Tensor) -> Tensor:

@@ -115,7 +115,7 @@ def test_the_report_says_what_is_missing() -> None:
     assert not report.complete and report.gaps == "no tile passed for 4x8: row by row"
     report.forms[(4, 8)] = Form("packed")
     report.attention = False
-    assert not report.complete and report.gaps == "attention rounds by shape"
+    assert not report.complete and report.gaps == "attention rounds by shape: token by token"
     report.attention = True
     assert report.complete and report.gaps == ""
     assert report.as_dict()["forms"] == {"8x16": "wxt", "4x8": "packed"}

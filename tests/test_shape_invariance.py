@@ -225,3 +225,36 @@ def test_smollm2_every_method_equals_the_naive_loop(smollm2, method: str) -> Non
         want = generate_ar(model, prompt, 64, stop_ids=tokenizer.stop_ids).tokens
         got = generate_speculative(model, prompt, 64, method=method, stop_ids=tokenizer.stop_ids)
         assert got.tokens == want, f"{method} diverged from the naive loop"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_where_attention_rounds_by_shape_each_token_runs_alone(
+    dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An attention made to round by its number of rows (as a kernel chosen by shape would): the
+    check fails, and the forward falls back to each token's attention alone, whose rows equal
+    the one-row forwards, causal and tree; without the fall-back they differ."""
+    from casspec_ref import model as model_module
+    from casspec_ref.accel import invariance
+
+    real = model_module.attention
+
+    def by_rows(q, k, v, bias, shape_invariant=True):  # type: ignore[no-untyped-def]
+        out = real(q, k, v, bias, shape_invariant)
+        return out * (1 + 2**-6) if q.shape[-2] > 4 else out
+
+    monkeypatch.setattr(model_module, "attention", by_rows)
+    monkeypatch.setattr(invariance, "attention", by_rows)
+    monkeypatch.setattr(kernel_table, "_ATTENTION", {})
+    model = _model("llama", 1, dtype=dtype)
+    try:
+        report = kernel_table.check_invariance(kernel_table.model_shapes(model), dtype, (1,))
+        assert not report.attention and dtype in kernels.active_table().attention_alone
+        assert _rows_differing_from_one_row_forwards(model, 1, 12) == 0
+        prompt = [3, 5, 7, 3, 5]
+        want = generate_ar(model, prompt, 16).tokens
+        got = generate_speculative(model, prompt, 16, method="cas-spec", drafts=_drafts(model))
+        assert got.tokens == want
+    finally:
+        kernels.active_table().attention_alone.discard(dtype)
+    assert _rows_differing_from_one_row_forwards(model, 1, 12) > 0

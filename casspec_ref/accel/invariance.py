@@ -208,7 +208,7 @@ class Report:
         """What did not pass, in words ("" when the report is complete)."""
         missing = [f"{o}x{i}" for (o, i), f in self.forms.items() if f is None]
         words = [f"no tile passed for {', '.join(missing)}: row by row"] if missing else []
-        words += [] if self.attention else ["attention rounds by shape"]
+        words += [] if self.attention else ["attention rounds by shape: token by token"]
         return "; ".join(words)
 
     def as_dict(self) -> dict[str, object]:

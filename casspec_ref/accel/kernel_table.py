@@ -669,6 +669,10 @@ def check_invariance(
         agrees = invariance.attention_agrees(dtype, levels) if cached is None else bool(cached)
         _ATTENTION[(dtype, levels)] = agrees
     report.attention = verdicts[attention_key] = _ATTENTION[(dtype, levels)]
+    if report.attention:
+        active_table().attention_alone.discard(dtype)
+    else:  # the batched attention rounds by shape here: each token's runs alone
+        active_table().attention_alone.add(dtype)
     _save_verdicts(cache, verdicts)
     invariance.REPORTS[dtype] = report
     return report
