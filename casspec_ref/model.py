@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from casspec_ref.base.elementwise import rowwise
-from casspec_ref.base.kernels import active_table, exact_linear
+from casspec_ref.base.kernels import active_table, exact_linear, row_multiple
 from casspec_ref.base.model_checks import check_forward_inputs, check_forward_shapes
 from casspec_ref.config import ModelConfig
 from casspec_ref.kv_cache import KVCache
@@ -314,6 +314,10 @@ class Transformer(nn.Module):
             cos, sin = cos[positions].unsqueeze(1), sin[positions].unsqueeze(1)
         else:  # GPT-2 adds learned positions
             x = x + w["pos_emb.weight"][positions]
+        # The target's products run in whole tiles (`tiled_linear`): its rows are padded here,
+        # once, to a multiple of the tiles' rows (zero rows, never attended to, dropped below).
+        rows = n_new + (-n_new % row_multiple(dtype) if exact else 0)
+        x = F.pad(x, (0, 0, 0, rows - n_new)) if rows > n_new else x  # (B, T', D)
         # A tree's rows in the shape-invariant form: each token attends over its own keys, in
         # sequence order (`gathered_attention`); otherwise one bias for all rows, (G*T, S).
         # Where the machine's check found attention rounding by shape, each token runs alone.
@@ -331,15 +335,15 @@ class Transformer(nn.Module):
             p = f"layers.{i}."
             if i not in skip_attention:
                 h = self._norm(x, w, p + "attn_norm")
-                x = x + self._attention(h, w, p, i, plan, exact, cache, (bias, tree), cos, sin)
+                keys = (bias, tree, n_new)
+                x = x + self._attention(h, w, p, i, plan, exact, cache, keys, cos, sin)
             if i not in skip_mlp:
                 h = self._norm(x, w, p + "mlp_norm")
                 x = x + self._mlp(h, w, p, i, plan, exact)
 
         if cache is not None:
             cache.advance(n_new)
-        if last_only:
-            x = x[:, -1:]  # (B, 1, D)
+        x = x[:, n_new - 1 : n_new] if last_only else x[:, :n_new]  # (B, 1 or T, D)
         x = self._norm(x, w, "norm")
         head = w["tok_emb.weight"] if c.tie_embeddings else w["head.weight"]
         return linear(x, head, None, -1, "head", plan, exact)  # (B, T, V)
@@ -374,21 +378,23 @@ class Transformer(nn.Module):
         plan: ExecutionPlan,
         exact: bool,
         cache: KVCache | None,
-        keys: tuple[Tensor | None, TreeKeys | None],
+        keys: tuple[Tensor | None, TreeKeys | None, int],
         cos: Tensor,
         sin: Tensor,
     ) -> Tensor:
         """Grouped-query attention of block ``layer``: the G query heads that share a KV head
         are folded into the query axis, so K/V are read from the cache in place. ``keys``: the
-        bias and, for a tree's rows in the shape-invariant form, the keys' order (`forward`)."""
+        bias, for a tree's rows in the shape-invariant form the keys' order (`forward`), and
+        the number T of new tokens (``h`` may carry tile padding after them)."""
         c = self.config
-        n_batch, n_new, _ = h.shape
+        n_batch, rows, _ = h.shape
+        bias, tree, n_new = keys
 
         def project(x: Tensor, n: str) -> Tensor:  # the q, k, v or o projection
             weight, b = w[f"{p}attn.{n}.weight"], w.get(f"{p}attn.{n}.bias")
             return linear(x, weight, b, layer, f"attn_{n}", plan, exact)
 
-        q, k, v = project(h, "q"), project(h, "k"), project(h, "v")  # (B, T, D or D_kv)
+        q, k, v = (project(h, n)[:, :n_new] for n in "qkv")  # (B, T, D or D_kv)
         q = q.view(n_batch, n_new, c.n_heads, c.head_dim).transpose(1, 2)  # (B, H, T, Dh)
         k = k.view(n_batch, n_new, c.n_kv_heads, c.head_dim).transpose(1, 2)  # (B, Hkv, T, Dh)
         v = v.view(n_batch, n_new, c.n_kv_heads, c.head_dim).transpose(1, 2)  # (B, Hkv, T, Dh)
@@ -399,7 +405,6 @@ class Transformer(nn.Module):
             if k.dtype != q.dtype:  # a draft in another precision reads the target's cache
                 k, v = k.to(q.dtype), v.to(q.dtype)
         q = q.reshape(n_batch, c.n_kv_heads, -1, c.head_dim)  # (B, Hkv, G*T, Dh)
-        bias, tree = keys
         if tree is not None and tree.alone:
             out = attention_token_by_token(q, k, v, tree)  # (B, Hkv, G*T, Dh)
         elif tree is not None:
@@ -408,6 +413,7 @@ class Transformer(nn.Module):
             out = attention(q, k, v, bias, exact)  # (B, Hkv, G*T, Dh)
         out = out.reshape(n_batch, c.n_heads, n_new, c.head_dim)  # (B, H, T, Dh)
         out = out.transpose(1, 2).reshape(n_batch, n_new, c.d_model)  # (B, T, D)
+        out = F.pad(out, (0, 0, 0, rows - n_new)) if rows > n_new else out  # (B, T', D)
         return project(out, "o")
 
     def validate_inputs(

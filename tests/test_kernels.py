@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 
+import casspec_ref.model as model_module
 from casspec_ref.accel.kernel_table import model_shapes
 from casspec_ref.base import kernels
 from casspec_ref.base.kernels import Form, KernelTable
@@ -417,3 +418,38 @@ def test_real_model_greedy_equals_ar_under_non_default_forms() -> None:
         want = generate_ar(model, prompt, 32).tokens
         method = ("cas-spec", "pld")[i % 2]
         assert generate_speculative(model, prompt, 32, method=method).tokens == want, question
+
+
+def test_a_target_forward_pads_its_rows_once_not_in_every_product(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With tiles of 4 rows, a one-row target forward pads its rows once (`row_multiple`): every
+    body product is one whole tile, and only the LM head, which runs the real rows, pads its
+    own. Every call is of 4 rows. A plain forward pads nothing. The logits are the same bits as
+    a forward that pads in every product."""
+    model = random_init_(Transformer(tiny_llama(max_seq_len=64)), seed=2)
+    table = KernelTable()
+    for o, i in model_shapes(model):
+        table.invariant[(o, i, torch.float32)] = Form("linear", 4)
+    kernels.use_table(table)
+    assert kernels.row_multiple(torch.float32) == 4 and kernels.row_multiple(torch.bfloat16) == 1
+    table.invariant[(1, 2, torch.float32)] = Form("wxt", 8)  # a larger tile pads its own
+    assert kernels.row_multiple(torch.float32) == 4
+    padded, rows = [], []
+    real_zeros, real_apply = kernels._zeros, kernels.apply_form
+    monkeypatch.setattr(kernels, "_zeros", lambda *a: padded.append(a) or real_zeros(*a))
+    monkeypatch.setattr(
+        kernels, "apply_form", lambda f, x, w, b: rows.append(x.shape[0]) or real_apply(f, x, w, b)
+    )
+    token = torch.tensor([[5]])
+    once = model(token)
+    assert len(padded) == 1 and set(rows) == {4}
+    padded.clear()
+    model.shape_invariant = False
+    model(token)
+    assert padded == []
+    model.shape_invariant = True
+    monkeypatch.setattr(model_module, "row_multiple", lambda dtype: 1)  # pad in every product
+    every_product = model(token)
+    assert len(padded) == 1 + 7 * model.config.n_layers
+    assert torch.equal(once, every_product)

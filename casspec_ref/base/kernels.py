@@ -296,6 +296,15 @@ def tiled_linear(
     return out.reshape(*x.shape[:-1], weight.shape[0])  # (..., out)
 
 
+def row_multiple(dtype: torch.dtype) -> int:
+    """The rows a target forward in ``dtype`` pads to a multiple of, once, so that its products
+    need no padding of their own: the smallest tile's rows. Products in that tile run whole
+    tiles; a shape with a larger tile pads its own (padding every product to the largest tile
+    would make the smaller tiles' products two calls)."""
+    sizes = [tile_rows(t) for (_, _, d), t in _ACTIVE.invariant.items() if d == dtype]
+    return min(sizes, default=1)
+
+
 @functools.cache
 def _zeros(rows: int, cols: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """A ``(rows, cols)`` block of zeros, made once and only ever read (a tile's padding)."""
