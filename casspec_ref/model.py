@@ -318,18 +318,7 @@ class Transformer(nn.Module):
         # once, to a multiple of the tiles' rows (zero rows, never attended to, dropped below).
         rows = n_new + (-n_new % row_multiple(dtype) if exact else 0)
         x = F.pad(x, (0, 0, 0, rows - n_new)) if rows > n_new else x  # (B, T', D)
-        # A tree's rows in the shape-invariant form: each token attends over its own keys, in
-        # sequence order (`gathered_attention`); otherwise one bias for all rows, (G*T, S).
-        # Where the machine's check found attention rounding by shape, each token runs alone.
-        tree: TreeKeys | None = None
-        bias: Tensor | None = None
-        if exact and n_new > 1 and dtype in active_table().attention_alone:
-            mask = _causal(n_new, past, tokens.device) if attn_mask is None else attn_mask
-            tree = visible_keys_first(mask, dtype)._replace(alone=True)
-        elif exact and attn_mask is not None:
-            tree = visible_keys_first(attn_mask, dtype)
-        else:
-            bias = self._attention_bias(attn_mask, n_new, past, dtype, tokens.device)
+        bias, tree = self._keys(attn_mask, n_new, past, dtype, tokens.device, exact)
 
         for i in range(n_run):
             p = f"layers.{i}."
@@ -347,6 +336,26 @@ class Transformer(nn.Module):
         x = self._norm(x, w, "norm")
         head = w["tok_emb.weight"] if c.tie_embeddings else w["head.weight"]
         return linear(x, head, None, -1, "head", plan, exact)  # (B, T, V)
+
+    def _keys(
+        self,
+        mask: Tensor | None,
+        n_new: int,
+        past: int,
+        dtype: torch.dtype,
+        device: torch.device,
+        exact: bool,
+    ) -> tuple[Tensor | None, TreeKeys | None]:
+        """How the new tokens find their keys: the bias for all rows, ``(G*T, S)``, or for a
+        tree's rows in the shape-invariant form each token's own keys in sequence order
+        (`gathered_attention`); where the machine's check found attention rounding by shape,
+        each token's keys for its attention alone (`attention_token_by_token`)."""
+        if exact and n_new > 1 and dtype in active_table().attention_alone:
+            causal = _causal(n_new, past, device) if mask is None else mask
+            return None, visible_keys_first(causal, dtype)._replace(alone=True)
+        if exact and mask is not None:
+            return None, visible_keys_first(mask, dtype)
+        return self._attention_bias(mask, n_new, past, dtype, device), None
 
     def _norm(self, x: Tensor, w: dict[str, Tensor], name: str) -> Tensor:
         c = self.config
