@@ -315,7 +315,8 @@ class Transformer(nn.Module):
         else:  # GPT-2 adds learned positions
             x = x + w["pos_emb.weight"][positions]
         # The target's products run in whole tiles (`tiled_linear`): its rows are padded here,
-        # once, to a multiple of the tiles' rows (zero rows, never attended to, dropped below).
+        # once, to a multiple of the tiles' rows (padding rows: never attended to, never
+        # cached, dropped below).
         rows = n_new + (-n_new % row_multiple(dtype) if exact else 0)
         x = F.pad(x, (0, 0, 0, rows - n_new)) if rows > n_new else x  # (B, T', D)
         bias, tree = self._keys(attn_mask, n_new, past, dtype, tokens.device, exact)
