@@ -466,6 +466,16 @@ def test_the_checks_verdicts_are_reached_once_per_machine_and_kept(
     checked.clear()
     kernel_table.check_invariance(shapes, torch.float16, (1, 2), cache=path)
     assert {(4, 8), (8, 16)} == set(checked)
+    data = json.loads(path.read_text())  # entries of the wrong kind: checked again, no crash
+    data["verdicts"] = {
+        k: (True if isinstance(v, dict) else {"wxt@4": True}) for k, v in data["verdicts"].items()
+    }
+    path.write_text(json.dumps(data))
+    for memo in (kernel_table._INVARIANT, kernel_table._ATTENTION):
+        memo.clear()
+    checked.clear()
+    kernel_table.check_invariance(shapes, torch.float16, (1, 2), cache=path)
+    assert (0, 0) in checked and {(4, 8), (8, 16)} <= set(checked)
 
 
 def test_the_machine_key_names_the_dispatch_levels(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -656,8 +656,9 @@ def check_invariance(
         if key not in _INVARIANT:
             tile_timings = {r: timings.get((o, i, dtype, r), {}) for r in TILE_ROWS}
             ranked = invariance.ranked_tiles(dtype, tile_timings)
-            known = verdicts.setdefault(_verdict_key(key), {})
-            assert isinstance(known, dict)
+            known = verdicts.get(_verdict_key(key))
+            if not isinstance(known, dict):  # none yet, or a file's entry of the wrong kind
+                known = verdicts[_verdict_key(key)] = {}
             _INVARIANT[key] = invariance.invariant_form((o, i), dtype, levels, ranked, rows, known)
         form = _INVARIANT[key]
         report.forms[(o, i)] = form
@@ -666,7 +667,7 @@ def check_invariance(
     attention_key = _verdict_key((dtype, levels))
     if (dtype, levels) not in _ATTENTION:
         cached = verdicts.get(attention_key)
-        agrees = invariance.attention_agrees(dtype, levels) if cached is None else bool(cached)
+        agrees = cached if isinstance(cached, bool) else invariance.attention_agrees(dtype, levels)
         _ATTENTION[(dtype, levels)] = agrees
     report.attention = verdicts[attention_key] = _ATTENTION[(dtype, levels)]
     if report.attention:
