@@ -4,7 +4,7 @@ naive loop's, in bfloat16 and in float32 (docs/floating_point.md).
 
 Everything here is exact (`torch.equal`, token lists): no tolerance, no sampling, no false-failure
 rate. The plain form (`Transformer.shape_invariant = False`: the fused attention kernel, the
-per-row-count products) is shown to break the same checks in bfloat16, so they can fail. The
+per-row-count products) is shown to break the same checks, so they can fail. The
 product tiles are the ones `kernel_table.check_invariance` finds on the machine; a shape where
 none passes runs row by row, so no test here depends on the machine being lucky.
 """
@@ -170,7 +170,7 @@ def test_every_method_equals_the_naive_loop_in_every_dtype(
     assert got == want, f"{method} diverged from the naive loop in {dtype} on {prompt}"
 
 
-# ---- the embedded SmolLM2-135M in bfloat16 ------------------------------------------------
+# ---- the embedded SmolLM2-135M in bfloat16 and float32 ------------------------------------
 
 
 @pytest.fixture(scope="module", params=DTYPES, ids=["bfloat16", "float32"])
