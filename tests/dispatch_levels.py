@@ -13,6 +13,10 @@ run. Prints one line per level and fails if any level that ran failed, or ran at
 than asked.
 
     python tests/dispatch_levels.py [LEVEL ...]     # default, avx2, avx512 (all by default)
+    python tests/dispatch_levels.py --skip-native   # all but the level this process runs at
+
+`make test` passes ``--skip-native``: its own pytest run has just run these tests at the CPU's
+own level, with every library uncapped.
 """
 
 from __future__ import annotations
@@ -85,7 +89,17 @@ def run_level(level: str) -> tuple[bool, str]:
     return done.returncode == 0, f"{level}: ran ({got}; {caps}): {tail}"
 
 
+def native_level() -> str | None:
+    """The level this process's torch runs at, by `LEVELS` name (None if not one of them)."""
+    import torch
+
+    got = torch.backends.cpu.get_cpu_capability()
+    return next((name for name, (want, *_) in LEVELS.items() if want == got), None)
+
+
 def main(argv: list[str]) -> int:
+    skip_native = "--skip-native" in argv
+    argv = [a for a in argv if a != "--skip-native"]
     asked = argv or list(LEVELS)
     unknown = [a for a in asked if a not in LEVELS]
     if unknown:
@@ -94,8 +108,12 @@ def main(argv: list[str]) -> int:
     flags = cpu_flags()
     x86 = platform.machine() in ("x86_64", "AMD64")
     lines, ok = [], True
+    native = native_level() if skip_native else None
     for level in asked:
         needs = LEVELS[level][1]
+        if level == native:
+            lines.append(f"{level}: this CPU's own level, run by the main test suite")
+            continue
         if needs is not None and (not x86 or needs not in flags):
             lines.append(f"{level}: NOT RUN: this CPU lacks {needs}; another machine must run it")
             continue

@@ -49,3 +49,17 @@ def test_a_process_that_ran_at_another_level_fails(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(levels, "capability_in", lambda env: "DEFAULT")
     passed, line = levels.run_level("avx2")
     assert not passed and "torch ran DEFAULT" in line
+
+
+def test_skip_native_leaves_out_the_level_the_main_suite_ran(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ran: list[str] = []
+    monkeypatch.setattr(levels, "cpu_flags", lambda: {"avx2", "avx512f"})
+    monkeypatch.setattr(levels.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(levels, "native_level", lambda: "avx512")
+    monkeypatch.setattr(levels, "run_level", lambda level: ran.append(level) or (True, level))
+    assert levels.main(["--skip-native"]) == 0
+    assert ran == ["default", "avx2"]
+    assert "avx512: this CPU's own level, run by the main test suite" in capsys.readouterr().out
+    assert levels.main([]) == 0 and ran[2:] == ["default", "avx2", "avx512"]
