@@ -160,8 +160,8 @@ MUTANTS = (
     Mutant(
         "tiles: the last tile left short (a call of another shape, as an unpadded form makes)",
         "casspec_ref/base/kernels.py",
-        "rows = F.pad(rows, (0, 0, 0, -n % size)).contiguous()",
-        "rows = rows.contiguous()",
+        "rows = F.pad(rows, (0, 0, 0, -n % size))",
+        "rows = rows",
         ("tests/test_kernels.py",),
     ),
     Mutant(

@@ -290,7 +290,9 @@ def tiled_linear(
         padded = torch.cat((rows, _zeros(size - n, rows.shape[1], x.dtype, x.device)))  # (R, in)
         out = apply_form(call, padded, weight, bias)[:n]
     else:
-        rows = F.pad(rows, (0, 0, 0, -n % size)).contiguous()  # (N', in), N' a multiple of R
+        if n % size:  # a forward padded once (`row_multiple`) already has whole tiles
+            rows = F.pad(rows, (0, 0, 0, -n % size))  # (N', in), N' a multiple of R
+        rows = rows.contiguous()
         tiles = [apply_form(call, rows[s : s + size], weight, bias) for s in range(0, n, size)]
         out = torch.cat(tiles)[:n]  # (N, out)
     return out.reshape(*x.shape[:-1], weight.shape[0])  # (..., out)
