@@ -120,9 +120,9 @@ mutation: setup
 # DyTC's decision rules (T(S,k), the growth rule and its room, the width, exploration), apart:
 # a mutant that survives the fast tests runs the simulator's too (a minute each on one thread).
 MUTATION_DYTC_NAMES ?= "casspec_ref.dytc.x_best_k*" "casspec_ref.dytc.x_t_score*" \
-	"casspec_ref.dytc.xǁDyTCPolicyǁplan*" "casspec_ref.dytc.xǁDyTCPolicyǁ_score*" \
-	"casspec_ref.dytc.xǁDyTCPolicyǁ_width*" \
-	"casspec_ref.dytc_estimates.xǁDyTCEstimatesǁverify_seconds*" \
+	"casspec_ref.dytc.xǁDyTCǁplan*" "casspec_ref.dytc.xǁDyTCǁ_score*" \
+	"casspec_ref.dytc.xǁDyTCǁ_width*" \
+	"casspec_ref.dytc_refinements.xǁRefinedDyTCǁverify_seconds*" \
 	"casspec_ref.dytc_refinements.xǁExplorationǁcost*" \
 	"casspec_ref.dytc_refinements.xǁExplorationǁverify_seconds*"
 mutation-dytc:

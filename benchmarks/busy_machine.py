@@ -268,10 +268,11 @@ def _dytc(method: str, model: Any) -> Any:
     methods: they keep no state between decodes)."""
     if method != "cas-spec":
         return None
-    from casspec_ref.dytc import DyTCConfig, DyTCPolicy
+    from casspec_ref.dytc_config import DyTCConfig
+    from casspec_ref.dytc_refinements import RefinedDyTC
     from casspec_ref.speculative import default_drafts
 
-    return DyTCPolicy([plan.name for plan in default_drafts(model)], DyTCConfig())
+    return RefinedDyTC([plan.name for plan in default_drafts(model)], DyTCConfig())
 
 
 def _runner(

@@ -29,7 +29,8 @@ import collections
 import time
 from typing import Any
 
-from casspec_ref.dytc import DyTCConfig, DyTCPolicy
+from casspec_ref.dytc_config import DyTCConfig
+from casspec_ref.dytc_refinements import RefinedDyTC
 from casspec_ref.io.weights import load_model
 from casspec_ref.speculative import default_drafts, generate_speculative
 from casspec_ref.tools.bench import Runner, _make_runner, default_questions_path, load_questions
@@ -62,11 +63,11 @@ def make_runners(model: Any, variants: list[str]) -> dict[str, Runner]:
     for name in ["dytc-free", *variants]:
         base, config = parse_variant(name) if "@" in name else (name, DyTCConfig())
         free = base == "dytc-free"
-        policy = DyTCPolicy([] if free else levels, config)
+        policy = RefinedDyTC([] if free else levels, config)
         options: dict[str, Any] = {"drafts": ()} if free else {}
 
         def run(
-            prompt: list[int], n: int, policy: DyTCPolicy = policy, options: dict = options
+            prompt: list[int], n: int, policy: RefinedDyTC = policy, options: dict = options
         ) -> tuple[list[int], dict[str, Any]]:
             result = generate_speculative(
                 model, prompt, n, method="cas-spec", policy=policy, **options

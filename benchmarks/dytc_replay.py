@@ -43,7 +43,7 @@ import torch
 
 from casspec_ref.baselines import ScheduleOptions
 from casspec_ref.dsia.prompt_lookup import PromptLookupConfig
-from casspec_ref.dytc import DyTCPolicy
+from casspec_ref.dytc_refinements import RefinedDyTC
 from casspec_ref.schedules import SCHEDULES, ScheduleSpec
 from casspec_ref.tools.replay import (
     Costs,
@@ -129,7 +129,7 @@ def do_recost(args: argparse.Namespace) -> None:
 def parse_variant(text: str) -> Any:
     """``"cas-spec@warmup=10,window=60"`` -> `DyTCConfig(warmup=10, window=60)`; the base
     ``cas-spec:paper`` changes `DyTCConfig.paper()` instead (a switch is 0 or 1)."""
-    from casspec_ref.dytc import DyTCConfig
+    from casspec_ref.dytc_config import DyTCConfig
 
     base, _, spec = text.partition("@")
     if base not in ("cas-spec", "cas-spec:paper"):
@@ -143,8 +143,7 @@ def parse_variant(text: str) -> Any:
 
 def refinement_variants() -> list[str]:
     """Each refinement taken out of the default, and put alone into the paper's policy."""
-    from casspec_ref.dytc import DyTCConfig
-    from casspec_ref.dytc_config import REFINEMENTS
+    from casspec_ref.dytc_config import REFINEMENTS, DyTCConfig
 
     best, paper = DyTCConfig().window, DyTCConfig.paper().window
     out = [f"cas-spec@window={paper}", f"cas-spec:paper@window={best}"]
@@ -185,7 +184,7 @@ def do_replay(args: argparse.Namespace) -> None:
         config = parse_variant(name if "@" in name else name + "@")
         orders[name] = []
         for i, order in enumerate(question_orders(records, args.orders)):
-            policy = DyTCPolicy(levels, config)
+            policy = RefinedDyTC(levels, config)
             run = replay(order, costs, policy=policy)
             orders[name].append(ar_seconds / sum(run.seconds.values()))
             if i == 0:  # the recorded order: the table's row and the estimates printed

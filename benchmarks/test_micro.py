@@ -112,12 +112,14 @@ class _ChainDrafter:
 
 @pytest.mark.parametrize("tree_size", [1, 8, 24])
 def test_dytc_planning_time_per_decision(benchmark, tree_size: int) -> None:
-    """One `DyTCPolicy.plan` decision on a chain of `tree_size` nodes, with trained estimates
+    """One `RefinedDyTC.plan` decision on a chain of `tree_size` nodes, with trained estimates
     (two model levels, prompt lookup and recycled tokens): the policy's own cost, excluding
     draft forwards."""
-    from casspec_ref.dytc import PLD, RECYCLE, DyTCConfig, DyTCPolicy, Outcome
+    from casspec_ref.dytc_config import PLD, RECYCLE, DyTCConfig
+    from casspec_ref.dytc_estimates import Outcome
+    from casspec_ref.dytc_refinements import RefinedDyTC
 
-    policy = DyTCPolicy(["light", "heavy"], DyTCConfig(warmup=0))
+    policy = RefinedDyTC(["light", "heavy"], DyTCConfig(warmup=0))
     timings = {"light": (1, 0.020), "heavy": (1, 0.025), PLD: (1, 0.0001)}
     for size in (1, 2, 4, 8, 16, 32):
         tested = [(Outcome("light"), True), (Outcome("heavy"), False), (Outcome(PLD), True)]

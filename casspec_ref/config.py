@@ -3,7 +3,8 @@
 The target model CAS-Spec accelerates, in one of two families: Llama (RMSNorm, RoPE,
 grouped-query attention, SwiGLU) or GPT-2 (LayerNorm, learned positions, GELU MLP, biases).
 Every virtual draft shares this shape: a DSIA strategy changes how a forward runs
-(`casspec_ref.plan`), never the model. Presets and choices: docs/design.md, `config.py`.
+(`casspec_ref.plan`), never the model. The presets are below; the architectures left out of scope:
+docs/design.md ("Scope, and what was left out").
 """
 
 from __future__ import annotations

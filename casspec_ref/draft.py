@@ -3,7 +3,8 @@
 A `StepDrafter` lives for one speculative step: its schedule grows the step's `DraftTree` through
 it (model drafts through `DraftRunner`, prompt lookup, recycled tokens), declaring how each
 node's children were proposed (docs/method.md §5); the loop then verifies the tree. The child
-rules each draft declares: docs/design.md (`draft.py`).
+rules each draft declares: `propose_children` (a model draft) and `add_chain` (prompt lookup and
+recycled tokens, `DETERMINISTIC`); why each rule is lossless: docs/algorithm.md.
 """
 
 from __future__ import annotations
@@ -19,13 +20,11 @@ import torch
 from casspec_ref.dsia.prompt_lookup import PromptLookup
 from casspec_ref.dsia.recycle import TokenRecycler
 from casspec_ref.dsia.virtual_draft import DraftRunner
-from casspec_ref.dytc import PLD, RECYCLE
+from casspec_ref.dytc_config import PLD, RECYCLE
+from casspec_ref.dytc_tree import Grown
 from casspec_ref.plan import ExecutionPlan
 from casspec_ref.sampling import RandomSource, target_law
 from casspec_ref.tree import ChildRule, DraftTree
-
-#: What a growth step added: (node, its parent, the draft's confidence in its token or None).
-Grown = list[tuple[int, int, float | None]]
 
 
 @dataclass(frozen=True)
@@ -53,7 +52,7 @@ class NodeInfo:
 @dataclass(eq=False)
 class StepDrafter:
     """The tree under construction in one step, and the primitives that grow it: the
-    `casspec_ref.dytc.TreeDrafter` DyTC grows trees through, and the pieces the baselines use."""
+    `dytc_tree.TreeDrafter` DyTC grows trees through, and the pieces the baselines use."""
 
     root_token: int
     context: Sequence[int]  # prompt + committed tokens; its last token is the root
@@ -200,8 +199,9 @@ class StepDrafter:
         return self._matched.get(node, 0)
 
     def margin(self, node: int) -> float | None:
-        """A chain-continuing model-drafted node's margin (`casspec_ref.dytc_refinements.outcome`),
-        computed when first asked: only DyTC asks, so a fixed schedule pays nothing for it."""
+        """A chain-continuing model-drafted node's margin (the refinement `margin_bins`,
+        `dytc_refinements.outcome`), computed when first asked: only DyTC asks, so a fixed
+        schedule pays nothing for it."""
         if node not in self._margins and node in self._law_of:
             confidence = self._laws[self._law_of[node]][1]  # (V,)
             p, best = confidence[self.tree.token(node)], int(confidence.argmax())
@@ -243,7 +243,7 @@ class StepDrafter:
 
     def expand(self, node: int, draft: str, k: int, width: int) -> Grown:
         """DyTC's one growth primitive: `width` children of `node` from `draft`, the first
-        continuing as a chain of up to `k` tokens (see `casspec_ref.dytc.TreeDrafter`)."""
+        continuing as a chain of up to `k` tokens (see `casspec_ref.dytc_tree.TreeDrafter`)."""
         if draft == PLD:
             tokens = self._lookups.get(node) or self.lookup(node, k)
             nodes = self.add_chain(node, tokens[:k], PLD)

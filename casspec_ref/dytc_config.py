@@ -1,25 +1,26 @@
-"""DyTC's knobs (the paper's, and a switch for each of this reference's refinements), its
-draft names, and `TreeDrafter`, the drafting interface DyTC plans through.
+"""DyTC's knobs (the paper's, and a switch for each of this reference's refinements) and its
+free drafts' names.
 
-`DyTCConfig()` is the reference's best policy; `DyTCConfig.paper()` is the paper's policy alone
-(every refinement off, the notes' window of 20). The policy is `casspec_ref.dytc` (on
-`casspec_ref.dytc_estimates` and `casspec_ref.dytc_tree`), the refinements
-`casspec_ref.dytc_refinements`; docs/method.md §4 sets one beside the other.
+`DyTCConfig.paper()` is what the paper's policy reads (every refinement off, the notes' window of
+20): `casspec_ref.dytc.DyTC` runs it. `DyTCConfig()` is this reference's best:
+`casspec_ref.dytc_refinements.RefinedDyTC` runs it, and with every switch off it decides exactly
+as `DyTC` does. docs/method.md §4 sets one beside the other.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from casspec_ref.base import dytc_checks as checks
 
-PLD = "pld"  # the prompt-lookup draft's name in a `DyTCPolicy`
+PLD = "pld"  # the prompt-lookup draft's name in a `RefinedDyTC`
 RECYCLE = "recycle"  # the recycled-token draft (successors seen in earlier verify forwards)
 FREE_DRAFTS = (PLD, RECYCLE)  # drafts that cost no forward: looked up, not computed
 
 #: The switches of this reference's refinements, each documented at its field below.
 REFINEMENTS = (
+    "recycled_tokens",
     "optimistic_warmup",
     "margin_bins",
     "match_bins",
@@ -47,7 +48,6 @@ class DyTCConfig:
     prior_recycle_alpha: float = 0.3
     max_k: int = 8  # the longest chain one expansion drafts
     max_tree_size: int = 32  # nodes, root included
-    max_depth: int = 16  # root = depth 0
     siblings: int = 3  # the most children one expansion gives its leaf (1 = chains only)
     confidence_weight: float = 0.5  # w: a model-drafted node's estimate is w conf + (1 - w) alpha
     min_gain: float = 1.0  # grow only while the predicted EWIF improves by this factor
@@ -58,6 +58,9 @@ class DyTCConfig:
     calibration_sizes: tuple[int, ...] = (2, 4, 8, 16)  # timed by scratch forwards first (or none)
 
     # -- this reference's refinements (dytc_refinements.py; `paper()` turns each off) ----------
+    # A third free draft: the target's own top successors of a token, seen in earlier verify
+    # forwards (`RECYCLE`, dsia/recycle.py); the paper drafts with the DSIA levels and PLD only.
+    recycled_tokens: bool = True
     # A model draft's warm-up estimate counts the outcomes still to come as accepted, so a
     # chance start cannot switch a costly good draft off; free drafts skip the warm-up.
     optimistic_warmup: bool = True
@@ -90,40 +93,3 @@ class DyTCConfig:
     def refinements(self) -> list[str]:
         """The names of the refinements switched on."""
         return [name for name in REFINEMENTS if getattr(self, name)]
-
-
-class TreeDrafter(Protocol):
-    """What DyTC needs from one step's drafting machinery (`draft.StepDrafter`; the simulator of
-    tests/dytc_simulator.py). Node 0 is the root, nodes are numbered as added; only `expand`
-    changes the tree; `alternatives` may run a draft forward."""
-
-    def size(self) -> int:
-        """Nodes in the tree, root included."""
-
-    def room(self, node: int) -> int:
-        """How many more nodes may hang below `node` along one path."""
-
-    def is_leaf(self, node: int) -> bool:
-        """True while `node` has no children."""
-
-    def offers(self, node: int, draft: str) -> int:
-        """How many tokens `draft` can propose below `node` (a free draft may have none)."""
-
-    def match(self, node: int) -> int:
-        """How long a context suffix prompt lookup matched below `node` (0: none, or unknown)."""
-
-    def margin(self, node: int) -> float | None:
-        """A model-drafted chain node's margin: the draft's probability of its token minus the
-        best other token's (`dytc_refinements.MARGINS`); None if not known."""
-
-    def alternatives(self, node: int, draft: str, width: int) -> list[float]:
-        """The draft's confidence in its top-`width` candidates for the child of `node`."""
-
-    def expand(
-        self, node: int, draft: str, k: int, width: int
-    ) -> list[tuple[int, int, float | None]]:
-        """Add up to `width` children below `node`, the first continuing as a chain of up to `k`
-        tokens; return (node, parent, the draft's confidence or None) per node, parents first."""
-
-    def seconds(self) -> float:
-        """Wall seconds spent drafting in this step so far."""

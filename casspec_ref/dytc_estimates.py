@@ -1,46 +1,49 @@
-"""What DyTC learns online, and what it predicts from it: each draft's acceptance estimate
-alpha (`AcceptanceEstimator`), the seconds of a forward by its size (`CostCurve`, the paper's
-linear model), and `DyTCEstimates`, the policy's state built from them. The policy's decisions
-are `casspec_ref.dytc`, which extends `DyTCEstimates`.
+"""What the paper's DyTC learns online (docs/method.md §4.1, items 1-2): each draft's
+acceptance estimate alpha (`AcceptanceEstimator`, keyed by an `Outcome`) and the seconds of a
+forward by its size (`CostCurve`, the paper's linear model). The policy that reads them is
+`casspec_ref.dytc`; the refinements' variants of both are in `casspec_ref.dytc_refinements`.
 """
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from casspec_ref.base import dytc_checks as checks
 from casspec_ref.dytc_config import FREE_DRAFTS, PLD, RECYCLE, DyTCConfig
-from casspec_ref.dytc_refinements import (
-    Exploration,
-    Outcome,
-    optimistic_mean,
-    refined_outcomes,
-    table_seconds,
-)
 
 
 # ------------------------------------------------------------------ acceptance estimates
-class AcceptanceEstimator:
-    """Online acceptance estimate `alpha` of one draft: for the first `warmup` outcomes the
-    running mean with the prior as one pseudo-outcome (`optimistic`: the optimistic mean,
-    `dytc_refinements.optimistic_mean`), then ``a <- (1 - weight) a + weight mean(window)``."""
+@dataclass(frozen=True)
+class Outcome:
+    """Which acceptance estimate a drafted node's verdict teaches. The paper keeps one per draft
+    (kind ``"draft"``); the refinements add finer kinds (`dytc_refinements.outcome`)."""
 
-    def __init__(
-        self, prior: float, *, weight: float, window: int, warmup: int, optimistic: bool = False
-    ) -> None:
+    draft: str
+    kind: str = "draft"
+    bin: int = 0
+
+    @property
+    def label(self) -> str:
+        """How a report names it: ``pld``, ``pld next``, ``pld match 2``, ``l1 margin 3``."""
+        if self.kind == "draft":
+            return self.draft
+        return f"{self.draft} {self.kind}" + (f" {self.bin}" if self.kind != "next" else "")
+
+
+class AcceptanceEstimator:
+    """alpha of one draft: for the first `warmup` outcomes the running mean with the prior as one
+    pseudo-outcome, then ``a <- (1 - weight) a + weight mean(last window outcomes)``."""
+
+    def __init__(self, prior: float, *, weight: float, window: int, warmup: int) -> None:
         checks.check_prior(prior)
         self.prior, self.weight, self.warmup = float(prior), weight, warmup
-        self.optimistic = optimistic
         self.count, self.accepted = 0, 0.0  # outcomes seen, and their sum
         self._recent: deque[float] = deque(maxlen=window)
         self.alpha = self._warming_up()
 
     def _warming_up(self) -> float:
-        if self.optimistic:
-            return optimistic_mean(self.prior, self.accepted, self.count, self.warmup)
         return (self.prior + self.accepted) / (1.0 + self.count)
 
     def observe(self, accepted: float) -> None:
@@ -58,8 +61,8 @@ class AcceptanceEstimator:
 
 # ------------------------------------------------------------------ the cost model
 def linear_seconds(seconds: Mapping[int, float], tokens: int) -> float:
-    """The paper's linear latency model ``b0 + b1 T``, fitted by least squares to the measured
-    sizes (one point each), never below the cheapest forward measured."""
+    """The linear latency model ``b0 + b1 T``, fitted by least squares to the measured sizes
+    (one point each), never below the cheapest forward measured."""
     n = len(seconds)
     mean_t, mean_s = sum(seconds) / n, sum(seconds.values()) / n
     spread = sum((t - mean_t) ** 2 for t in seconds)
@@ -69,94 +72,76 @@ def linear_seconds(seconds: Mapping[int, float], tokens: int) -> float:
 
 
 class CostCurve:
-    """Seconds of one forward by the number of tokens it processes, learned online: one running
-    estimate per size (the first timing, then an EMA of weight `weight`), predicted by the linear
-    model (`table`: read from the table, `dytc_refinements.table_seconds`). A size not measured in
-    the last `horizon` steps is `stale`, and a new timing replaces its estimate."""
+    """Seconds of one forward by the tokens it processes: one running estimate per size (the
+    first timing, then an EMA of weight `weight`), predicted by `linear_seconds`."""
 
-    def __init__(self, weight: float = 0.3, horizon: float = math.inf, *, table: bool = False):
-        checks.check_cost_curve(weight, horizon)
-        self.weight, self.horizon, self.table = weight, horizon, table
+    def __init__(self, weight: float = 0.3) -> None:
+        checks.check_cost_curve(weight, float("inf"))
+        self.weight = weight
         self.seconds: dict[int, float] = {}
-        self._last_seen: dict[int, int] = {}
-        self._now = 0
 
     def __len__(self) -> int:
         return len(self.seconds)
 
-    def tick(self) -> None:
-        """One decoding step has passed."""
-        self._now += 1
-
     def observe(self, tokens: int, seconds: float) -> None:
         """Record one forward over `tokens` tokens that took `seconds`."""
         checks.check_timing(tokens, seconds)
-        old = None if self.stale(tokens) else self.seconds.get(tokens)
+        old = self.previous(tokens)
         self.seconds[tokens] = seconds if old is None else old + self.weight * (seconds - old)
-        self._last_seen[tokens] = self._now
+
+    def previous(self, tokens: int) -> float | None:
+        """The running estimate a new timing of `tokens` updates (None: it starts one)."""
+        return None if self.stale(tokens) else self.seconds[tokens]
 
     def stale(self, tokens: int) -> bool:
-        """True if `tokens` was never measured or not in the last `horizon` steps."""
-        return tokens not in self._last_seen or self._now - self._last_seen[tokens] >= self.horizon
+        """True if `tokens` needs a (new) timing: the paper's curve, if it was never measured."""
+        return tokens not in self.seconds
 
     def predict(self, tokens: int) -> float:
         """Predicted seconds of a forward over `tokens` tokens."""
         checks.check_measured(len(self.seconds))
-        if self.table:
-            return table_seconds(self.seconds, tokens)
         return linear_seconds(self.seconds, tokens)
 
 
 # ------------------------------------------------------------------ the policy's state
-@dataclass
-class DyTCEstimates:
-    """DyTC's online state and its predictions. Drafts are named: the DSIA levels' plan names,
-    plus `PLD` and `RECYCLE`. `alpha` holds the paper's estimate per draft, `refined` the finer
-    ones the refinements switched on learn (keyed by `Outcome`); `verify_cost` times the target's
-    forward by its size, `draft_cost` one call of each draft."""
+class DyTCState:
+    """What DyTC knows: `alpha` per draft, `verify_cost` (the target's forward by its size) and
+    `draft_cost` (one call of each draft), and the predictions its decisions read. Drafts are
+    named: the DSIA levels' plan names, `PLD` and `RECYCLE` (docs/method.md §4.1, items 1-2)."""
 
-    drafts: Sequence[str]
-    config: DyTCConfig = field(default_factory=DyTCConfig)
-
-    def __post_init__(self) -> None:
-        cfg = self.config
+    def __init__(self, drafts: Sequence[str], config: DyTCConfig | None = None) -> None:
+        self.drafts, self.config = list(drafts), config or DyTCConfig.paper()
         checks.check_draft_names(self.drafts, FREE_DRAFTS)
         names = [*self.drafts, *FREE_DRAFTS]
-        self.alpha = {name: self._estimator(name) for name in names}
-        keys = refined_outcomes(cfg, self.drafts)
-        self.refined = {key: self._estimator(key.draft) for key in keys}
-        horizon = cfg.explore_horizon if cfg.exploration else math.inf
-        self.verify_cost = CostCurve(cfg.cost_weight, horizon, table=cfg.cost_table)
-        self.draft_cost = {
-            n: CostCurve(cfg.cost_weight, horizon, table=cfg.cost_table) for n in names
-        }
-        self.exploration = Exploration(cfg.explore_fraction) if cfg.exploration else None
-        self._seen: set[str] = set()
+        self.alpha = {name: self.estimator(name) for name in names}
+        self.verify_cost = self.cost_curve()
+        self.draft_cost = {name: self.cost_curve() for name in names}
+        self._seen: set[str] = set()  # model drafts whose first (setup-paying) timing is gone
 
-    def _estimator(self, draft: str) -> AcceptanceEstimator:
-        cfg, free = self.config, draft in FREE_DRAFTS
+    def prior(self, draft: str) -> float:
+        """`draft`'s acceptance estimate before any outcome."""
+        cfg = self.config
         prior = {PLD: cfg.prior_pld_alpha, RECYCLE: cfg.prior_recycle_alpha}.get(draft)
-        prior = cfg.prior_alpha if prior is None else prior
-        # Refinement `optimistic_warmup`: a model draft starts optimistic; a free draft costs no
-        # forward, needs no optimism to be tried, and follows the EMA from its first outcome.
-        warmup = 0 if cfg.optimistic_warmup and free else cfg.warmup
-        optimistic = cfg.optimistic_warmup and not free
+        return cfg.prior_alpha if prior is None else prior
+
+    def estimator(self, draft: str) -> AcceptanceEstimator:
+        """A new acceptance estimate for `draft`, at its prior."""
+        cfg = self.config
         return AcceptanceEstimator(
-            prior, weight=cfg.ema_weight, window=cfg.window, warmup=warmup, optimistic=optimistic
+            self.prior(draft), weight=cfg.ema_weight, window=cfg.window, warmup=cfg.warmup
         )
 
+    def cost_curve(self) -> CostCurve:
+        """A new, empty cost curve."""
+        return CostCurve(self.config.cost_weight)
+
     def estimate(self, key: Outcome) -> AcceptanceEstimator:
-        """The estimator behind `key`: the draft's own (`alpha`) or a refined one."""
-        return self.alpha[key.draft] if key.kind == "draft" else self.refined[key]
+        """The estimator behind `key`: the paper has one per draft."""
+        return self.alpha[key.draft]
 
     def estimates(self) -> dict[Outcome, AcceptanceEstimator]:
-        """Every estimator, by its `Outcome`: the drafts' own, then the refined ones."""
-        return {**{Outcome(d): e for d, e in self.alpha.items()}, **self.refined}
-
-    def margins_known(self, draft: str) -> bool:
-        """True once an outcome of model draft `draft` came with its margin (`margin_bins`)."""
-        keys = [k for k in self.refined if k.kind == "margin" and k.draft == draft]
-        return any(self.refined[k].count > 0 for k in keys)
+        """Every estimator, by its `Outcome`."""
+        return {Outcome(draft): estimate for draft, estimate in self.alpha.items()}
 
     def ready(self) -> bool:
         """True once a plain step has been timed, so that costs can be compared to it."""
@@ -167,27 +152,19 @@ class DyTCEstimates:
         return max(self.verify_cost.predict(1), 1e-9)
 
     def verify_seconds(self, tree_size: int) -> float:
-        """Predicted seconds of verifying `tree_size` nodes (refinement `exploration`: a stale
-        size the budget can pay for is predicted at the floor)."""
-        if self.exploration is not None:
-            return self.exploration.verify_seconds(self.verify_cost, tree_size)
+        """Predicted seconds of verifying `tree_size` nodes in one target forward."""
         return self.verify_cost.predict(tree_size)
 
-    @property
-    def explore_budget(self) -> float:
-        """Seconds DyTC may still spend exploring tree sizes (0 without `exploration`)."""
-        return self.exploration.budget if self.exploration is not None else 0.0
-
     def untimed(self, drafts: Sequence[str]) -> list[str]:
-        """The model drafts among `drafts` whose cost was never measured or is stale (re-probed)."""
+        """The model drafts among `drafts` whose cost needs a timing (`CostCurve.stale`): each is
+        probed before anything is planned."""
         return [d for d in drafts if d not in FREE_DRAFTS and self.draft_cost[d].stale(1)]
 
     def draft_seconds(self, draft: str) -> float:
         """Predicted seconds of one single-token call of `draft` (0 for an untimed free draft)."""
-        curve = self.draft_cost[draft]
-        if len(curve) == 0:
+        if len(self.draft_cost[draft]) == 0:
             return 0.0 if draft in FREE_DRAFTS else self.step_seconds()
-        return curve.predict(1)
+        return self.draft_cost[draft].predict(1)
 
     def cost(self, draft: str) -> float:
         """c of a draft: one call's predicted seconds over a plain step's."""
@@ -202,9 +179,6 @@ class DyTCEstimates:
         """Learn one step's costs: the target forward's size and seconds; per draft, ``(calls,
         total seconds)`` spent drafting (a model draft's first timing pays one-time setup, an
         int8 weight copy or a cast: discarded, so the draft is probed once more)."""
-        if self.exploration is not None:
-            spent = verify_seconds + sum(seconds for _, seconds in draft_timings.values())
-            self.exploration.settle(spent)
         self.verify_cost.observe(verify_tokens, verify_seconds)
         for name, (calls, seconds) in draft_timings.items():
             if calls < 1 or name not in self.draft_cost:

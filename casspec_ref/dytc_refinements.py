@@ -1,34 +1,33 @@
-"""This reference's refinements of the paper's DyTC, each behind a named `DyTCConfig` switch.
+"""This reference's refinements of the paper's DyTC: `RefinedDyTC` overrides named methods of
+`casspec_ref.dytc.DyTC`, each behind a `DyTCConfig` switch; with every switch off
+(`DyTCConfig.paper()`) it decides exactly as `DyTC` does. What each changes, why, and what it is
+worth: docs/method.md §4.2.
 
-The paper's policy (`casspec_ref.dytc`, on `casspec_ref.dytc_estimates`) calls the pieces here
-where a switch is on, and `DyTCConfig.paper()` turns every one off. What each changes, why,
-and what it is worth: docs/method.md §4, "the paper vs this reference".
-
-1. `optimistic_mean` (`optimistic_warmup`): a model draft's warm-up estimate.
-2. `Outcome`, `outcome` (`margin_bins`, `match_bins`, `continuation_rate`): which estimate a
-   drafted node's verdict teaches. The paper has one per draft; the refinements add a model
-   draft's margin bins, a lookup's match lengths and a free draft's continuation rate.
-3. `table_seconds` (`cost_table`): a forward's cost read from the per-size table.
-4. `relax`, `Exploration` (`exploration`): an untested estimate moves back up, a stale tree size
-   is tried again at the price of a budget.
-5. `max_cascade_depth`: the seed article's cascade rules (off by default).
+1. `recycled_tokens`: a third free draft, the target's own successors of a token (`free_drafts`).
+2. `optimistic_warmup`: a model draft's warm-up estimate (`optimistic_mean`, `estimator`).
+3. `margin_bins`, `match_bins`, `continuation_rate`: which estimate a drafted node's verdict
+   teaches (`outcome`); the paper has one per draft.
+4. `cost_table`: a forward's cost read from the per-size table (`table_seconds`).
+5. `exploration`: an untested estimate moves back up (`relax`), a stale timing is retaken and a
+   stale tree size tried again at the price of a budget (`Exploration`).
 """
 
 from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import Protocol
 
-from casspec_ref.dytc_config import FREE_DRAFTS, PLD, DyTCConfig
+from casspec_ref.base import dytc_checks as checks
+from casspec_ref.dytc import DyTC
+from casspec_ref.dytc_config import FREE_DRAFTS, PLD, RECYCLE, DyTCConfig
+from casspec_ref.dytc_estimates import AcceptanceEstimator, CostCurve, Outcome
+from casspec_ref.dytc_tree import Expansion, TreeDrafter, TreeEstimate
 
-if TYPE_CHECKING:
-    from collections.abc import Mapping
 
-
-# ------------------------------------------------------------------ 1. warm-up optimism
+# ------------------------------------------------------------------ 2. warm-up optimism
 def optimistic_mean(prior: float, accepted: float, seen: int, warmup: int) -> float:
     """The warm-up estimate: the prior as one pseudo-outcome, the outcomes seen, and the
     `warmup - seen` still to come counted as accepted. A draft is tried until its own outcomes
@@ -36,38 +35,24 @@ def optimistic_mean(prior: float, accepted: float, seen: int, warmup: int) -> fl
     return (prior + accepted + warmup - seen) / (1.0 + warmup)
 
 
-# ------------------------------------------------------------------ 2. what an outcome teaches
+class OptimisticEstimator(AcceptanceEstimator):
+    """An acceptance estimate whose warm-up is `optimistic_mean`."""
+
+    def _warming_up(self) -> float:
+        return optimistic_mean(self.prior, self.accepted, self.count, self.warmup)
+
+
+# ------------------------------------------------------------------ 3. what an outcome teaches
 #: Bin edges of a model draft's margin (its probability of the token minus the best other's):
 #: the target agreed with the int8 draft ~0.5 of the time below 0.02 and ~0.99 above 0.2.
 MARGINS = (0.02, 0.05, 0.1, 0.2)
 LONGEST_MATCH = 3  # a lookup's match of 3 tokens or more is one bin
 
-Kind = Literal["draft", "next", "match", "margin"]
 
-
-@dataclass(frozen=True)
-class Outcome:
-    """The identity of one acceptance estimate: whose (`draft`) and which `kind`:
-    ``"draft"`` the draft's own (the paper's one estimate per draft), ``"next"`` a free draft
-    continuing its own chain, ``"match"`` a lookup's first token after a match of `bin` tokens,
-    ``"margin"`` a model draft's token whose margin falls in bin `bin` of `MARGINS`."""
-
-    draft: str
-    kind: Kind = "draft"
-    bin: int = 0
-
-    @property
-    def label(self) -> str:
-        """How a report names the estimate: ``pld``, ``pld next``, ``pld match 2``,
-        ``l1 margin 3`` (for reading only: nothing parses it)."""
-        if self.kind == "draft":
-            return self.draft
-        return f"{self.draft} {self.kind}" + (f" {self.bin}" if self.kind != "next" else "")
-
-    def pooled(self) -> Outcome:
-        """The draft's own estimate, which a match or a margin outcome teaches too (T(S, k) and
-        the tokens not drafted yet count on it); a continuation is learned apart."""
-        return Outcome(self.draft) if self.kind in ("match", "margin") else self
+def pooled(key: Outcome) -> Outcome:
+    """The draft's own estimate, which a match or a margin outcome teaches too (T(S, k) and the
+    tokens not drafted yet count on it); a continuation is learned apart."""
+    return Outcome(key.draft) if key.kind in ("match", "margin") else key
 
 
 def outcome(
@@ -98,7 +83,7 @@ def refined_outcomes(config: DyTCConfig, model_drafts: Iterable[str]) -> list[Ou
     return keys
 
 
-# ------------------------------------------------------------------ 3. the per-size cost table
+# ------------------------------------------------------------------ 4. the per-size cost table
 def table_seconds(seconds: Mapping[int, float], tokens: int) -> float:
     """Seconds over `tokens` tokens read from the table of measured sizes: as measured, else
     linear between the measured neighbours, else extrapolated from the two largest sizes (never
@@ -117,7 +102,38 @@ def table_seconds(seconds: Mapping[int, float], tokens: int) -> float:
     return s[hi] + max((s[hi] - s[lo]) / (hi - lo), 0.0) * (tokens - hi)
 
 
-# ------------------------------------------------------------------ 4. exploration
+class RefinedCostCurve(CostCurve):
+    """A `CostCurve` read from its table (`table`, refinement `cost_table`) whose timings go
+    stale: a size not measured in the last `horizon` steps (`tick` counts them) is re-timed,
+    and a new timing replaces its estimate (refinement `exploration`)."""
+
+    def __init__(self, weight: float = 0.3, horizon: float = math.inf, *, table: bool = False):
+        checks.check_cost_curve(weight, horizon)
+        super().__init__(weight)
+        self.horizon, self.table = horizon, table
+        self._last_seen: dict[int, int] = {}
+        self._now = 0
+
+    def tick(self) -> None:
+        """One decoding step has passed."""
+        self._now += 1
+
+    def observe(self, tokens: int, seconds: float) -> None:
+        super().observe(tokens, seconds)
+        self._last_seen[tokens] = self._now
+
+    def stale(self, tokens: int) -> bool:
+        """True if `tokens` was never measured or not in the last `horizon` steps."""
+        return tokens not in self._last_seen or self._now - self._last_seen[tokens] >= self.horizon
+
+    def predict(self, tokens: int) -> float:
+        if not self.table:
+            return super().predict(tokens)
+        checks.check_measured(len(self.seconds))
+        return table_seconds(self.seconds, tokens)
+
+
+# ------------------------------------------------------------------ 5. exploration
 class Estimate(Protocol):
     """What `relax` reads and moves of an `AcceptanceEstimator`."""
 
@@ -175,12 +191,108 @@ class Exploration:
         self.owed = 0.0
 
 
-# ------------------------------------------------------------------ 5. the seed article's rules
-def max_cascade_depth(n_layers: int, context_len: int, *, n_levels: int, config: DyTCConfig) -> int:
-    """How many model draft levels DyTC may use (the seed article's rules, when enabled)."""
-    if config.cascade_depth_rule:
-        # K = min(3, log2(L / 12)), at least one level: a 30-layer model gets 1.
-        n_levels = min(n_levels, max(1, min(3, int(math.log2(max(n_layers, 12) / 12)))))
-    if config.long_context_drop and context_len > config.long_context:
-        n_levels = max(0, n_levels - 1)
-    return n_levels
+# ------------------------------------------------------------------ the refined policy
+class RefinedDyTC(DyTC):
+    """This reference's DyTC (`DyTCConfig()` by default): the paper's, with each method below
+    overridden where its switch is on."""
+
+    def __init__(self, drafts: Sequence[str], config: DyTCConfig | None = None) -> None:
+        cfg = config if config is not None else DyTCConfig()
+        super().__init__(drafts, cfg)
+        self.refined = {key: self.estimator(key.draft) for key in refined_outcomes(cfg, drafts)}
+        self.exploration = Exploration(cfg.explore_fraction) if cfg.exploration else None
+
+    # -- 1. recycled tokens
+    @property
+    def free_drafts(self) -> tuple[str, ...]:
+        return (PLD, RECYCLE) if self.config.recycled_tokens else (PLD,)
+
+    # -- 2. warm-up optimism: a free draft costs no forward, needs no optimism to be tried, and
+    # follows the EMA from its first outcome.
+    def estimator(self, draft: str) -> AcceptanceEstimator:
+        cfg = self.config
+        if not cfg.optimistic_warmup:
+            return super().estimator(draft)
+        free, prior = draft in FREE_DRAFTS, self.prior(draft)
+        kind = AcceptanceEstimator if free else OptimisticEstimator
+        warmup = 0 if free else cfg.warmup
+        return kind(prior, weight=cfg.ema_weight, window=cfg.window, warmup=warmup)
+
+    # -- 3. finer outcomes, and the margin that picks one
+    def outcome(
+        self, draft: str, parent_draft: str, match: int = 0, margin: float | None = None
+    ) -> Outcome:
+        return outcome(self.config, draft, parent_draft, match, margin)
+
+    def estimate(self, key: Outcome) -> AcceptanceEstimator:
+        return self.alpha[key.draft] if key.kind == "draft" else self.refined[key]
+
+    def estimates(self) -> dict[Outcome, AcceptanceEstimator]:
+        return {**super().estimates(), **self.refined}
+
+    def node_margin(self, drafter: TreeDrafter, node: int) -> float | None:
+        return drafter.margin(node) if self.config.margin_bins else None
+
+    def margins_known(self, draft: str) -> bool:
+        """True once an outcome of model draft `draft` came with its margin (`margin_bins`)."""
+        keys = [k for k in self.refined if k.kind == "margin" and k.draft == draft]
+        return any(self.refined[k].count > 0 for k in keys)
+
+    def chain_length(self, choice: Expansion) -> int:
+        # Once the draft's margins are known, a chain planned k deep is drafted a token at a
+        # time, so that the next plan values each token by its margin.
+        return 1 if self.margins_known(choice.draft) else choice.k
+
+    # -- 4. the cost table (and 5., stale timings)
+    def cost_curve(self) -> CostCurve:
+        cfg = self.config
+        horizon = cfg.explore_horizon if cfg.exploration else math.inf
+        return RefinedCostCurve(cfg.cost_weight, horizon, table=cfg.cost_table)
+
+    # -- 5. exploration
+    def verify_seconds(self, tree_size: int) -> float:
+        if self.exploration is not None:  # a stale size the budget can pay for: the floor
+            return self.exploration.verify_seconds(self.verify_cost, tree_size)
+        return super().verify_seconds(tree_size)
+
+    @property
+    def explore_budget(self) -> float:
+        """Seconds DyTC may still spend exploring tree sizes (0 without `exploration`)."""
+        return self.exploration.budget if self.exploration is not None else 0.0
+
+    def grow_best_first(
+        self, tree: TreeEstimate, drafter: TreeDrafter, drafts: Sequence[str]
+    ) -> None:
+        super().grow_best_first(tree, drafter, drafts)
+        if self.exploration is not None:  # `observe_step` pays for a size explored
+            self.exploration.owed = self.exploration.cost(self.verify_cost, drafter.size())
+
+    def observe_timings(
+        self,
+        verify_tokens: int,
+        verify_seconds: float,
+        draft_timings: Mapping[str, tuple[int, float]],
+    ) -> None:
+        if self.exploration is not None:
+            spent = verify_seconds + sum(seconds for _, seconds in draft_timings.values())
+            self.exploration.settle(spent)
+        super().observe_timings(verify_tokens, verify_seconds, draft_timings)
+
+    def observe_step(
+        self,
+        tested: Sequence[tuple[Outcome, bool]],
+        verify_tokens: int,
+        verify_seconds: float,
+        draft_timings: Mapping[str, tuple[int, float]],
+    ) -> None:
+        # A finer outcome teaches the draft's own estimate too (`pooled`).
+        taught = [*tested, *[(pooled(key), ok) for key, ok in tested if pooled(key) != key]]
+        super().observe_step(taught, verify_tokens, verify_seconds, draft_timings)
+        if self.exploration is not None:  # an untested estimate relaxes up
+            keys = {key for key, _ in taught}
+            for key, estimate in self.estimates().items():
+                if key not in keys and estimate.count > 0:
+                    relax(estimate, self.config.reexplore)
+        for curve in [self.verify_cost, *self.draft_cost.values()]:
+            if isinstance(curve, RefinedCostCurve):  # its timings age (`stale`)
+                curve.tick()

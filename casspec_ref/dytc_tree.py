@@ -1,13 +1,15 @@
-"""The tree DyTC grows, as DyTC estimates it: each node's acceptance given its parent
-(`TreeEstimate`), the probability that the path to a node is accepted (`reach_probabilities`),
-the tokens a step is expected to commit (`expected_tree_tokens`), and the records one plan
-works with (`TreeSoFar`, `Leaf`, and its decision, `Expansion`).
+"""The tree DyTC grows: the drafting machinery it grows the tree through (`TreeDrafter`), and
+what it believes of the tree (`TreeEstimate`): each node's acceptance given its parent, the
+probability that the path to a node is accepted (`reach_probabilities`), the tokens a step is
+expected to commit (`expected_tree_tokens`), and the records one plan works with (`TreeSoFar`,
+`Leaf`, and its decision, `Expansion`). The policy that decides is `casspec_ref.dytc`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from casspec_ref.base import dytc_checks as checks
 
@@ -80,3 +82,42 @@ class Expansion:
     k: int
     width: int
     predicted_ewif: float
+
+
+#: What one expansion added: (node, its parent, the draft's confidence in its token or None).
+Grown = list[tuple[int, int, float | None]]
+
+
+class TreeDrafter(Protocol):
+    """What DyTC needs from one step's drafting machinery (`draft.StepDrafter`; the simulator of
+    tests/dytc_simulator.py). Node 0 is the root, nodes are numbered as added; only `expand`
+    changes the tree; `alternatives` may run a draft forward."""
+
+    def size(self) -> int:
+        """Nodes in the tree, root included."""
+
+    def room(self, node: int) -> int:
+        """How many more nodes may hang below `node` along one path."""
+
+    def is_leaf(self, node: int) -> bool:
+        """True while `node` has no children."""
+
+    def offers(self, node: int, draft: str) -> int:
+        """How many tokens `draft` can propose below `node` (a free draft may have none)."""
+
+    def match(self, node: int) -> int:
+        """How long a context suffix prompt lookup matched below `node` (0: none, or unknown)."""
+
+    def margin(self, node: int) -> float | None:
+        """A model-drafted chain node's margin: the draft's probability of its token minus the
+        best other token's (a refinement: `dytc_refinements.MARGINS`); None if not known."""
+
+    def alternatives(self, node: int, draft: str, width: int) -> list[float]:
+        """The draft's confidence in its top-`width` candidates for the child of `node`."""
+
+    def expand(self, node: int, draft: str, k: int, width: int) -> Grown:
+        """Add up to `width` children below `node`, the first continuing as a chain of up to `k`
+        tokens; return (node, parent, the draft's confidence or None) per node, parents first."""
+
+    def seconds(self) -> float:
+        """Wall seconds spent drafting in this step so far."""

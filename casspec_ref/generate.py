@@ -4,7 +4,8 @@ lossless method emits exactly its tokens when greedy, the same law when sampling
 §1). Its one-row forwards compute each token's logits with the same bits as a verify forward
 computes that token's row wherever the model's forward is shape-invariant (on a CPU, in every
 dtype whose forms the machine's check found invariant: `casspec_ref.accel.invariance`; how it is
-checked: docs/floating_point.md). Why it is a fair baseline: docs/design.md (`generate.py`)."""
+checked: docs/floating_point.md). Why it is a fair
+baseline: docs/design.md ("The naive loop is the fair baseline")."""
 
 from __future__ import annotations
 

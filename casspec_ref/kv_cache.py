@@ -4,7 +4,8 @@ One preallocated buffer per model, ``(L, B, H_kv, max_len, D_head)``, and an exp
 ``length``: rows ``[0, length)`` hold the K/V of the verified prefix. A forward writes its new
 rows after ``length`` and advances it once; after verification `commit` keeps the accepted tree
 nodes (CAS-Spec §4, "compact the KV of the accepted path") and `truncate` drops draft scratch
-rows. Why a commit equals a fresh prefill: docs/design.md, `kv_cache.py`.
+rows. That a commit equals a fresh prefill of the accepted prefix is a tested invariant:
+docs/design.md ("The KV cache is visible state").
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 `forward` runs new tokens against a `KVCache` under any boolean attention mask, so a whole token
 tree is verified in one forward (CAS-Spec §4), and under an `ExecutionPlan` (§2), so the target
-and all its virtual drafts are one object with one set of weights (docs/design.md, `model.py`).
+and all its virtual drafts are one object with one set of weights (docs/design.md, "Strategies are
+data").
 """
 
 from __future__ import annotations

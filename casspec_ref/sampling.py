@@ -2,7 +2,8 @@
 
 Losslessness is stated against the *processed* law p, the law plain sampling draws from after
 temperature, top-k and top-p (docs/method.md §1, §5). This is the one place those transforms
-live, so no two paths can disagree about them. Tie rules: docs/design.md (`sampling.py`).
+live, so no two paths can disagree about them. Tie rules: docs/design.md ("Laws are
+computed in float64").
 
 The order is temperature, top-k, renormalise, top-p: transformers' order (its warpers in
 `generate`). The law is transformers' wherever no tie and no rounding decides

@@ -6,7 +6,8 @@ node], with the tree's mask and positions, gives the processed law p of every no
 `verify.verify_tree` accepts a path and draws the next token; `KVCache.commit` keeps the root and
 the accepted path, so the cache equals a fresh prefill of the accepted prefix; then the schedule
 learns from the step and its observers (`StepStats`, ``on_step``) see it as a `StepTrace`. The
-step itself keeps no statistics. Choices and statistics: docs/design.md.
+step itself keeps no statistics (`StepStats` gathers them). Choices: docs/design.md ("The loop,
+the baselines and the bench").
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from casspec_ref.dsia.compose import Hierarchy
 from casspec_ref.dsia.prompt_lookup import PromptLookup, PromptLookupConfig
 from casspec_ref.dsia.recycle import TokenRecycler
 from casspec_ref.dsia.virtual_draft import DraftRunner
-from casspec_ref.dytc import FREE_DRAFTS, DyTCConfig
+from casspec_ref.dytc_config import FREE_DRAFTS, DyTCConfig
 from casspec_ref.generate import GenerationResult, generate_ar, run_prompt
 from casspec_ref.kv_cache import KVCache
 from casspec_ref.plan import ExecutionPlan
@@ -63,7 +64,8 @@ class StepTrace:
 @dataclass
 class StepStats:
     """The statistics of one speculative generation, gathered by observing its prefill and each
-    step; `summary` is the ``stats`` dict of its `GenerationResult` (keys: docs/design.md)."""
+    step; `summary` is the ``stats`` dict of its `GenerationResult`: every field below, plus
+    ``mat`` and ``time_other_s``."""
 
     method: str = ""
     levels: list[str] = field(default_factory=list)
@@ -326,9 +328,10 @@ def generate_speculative(
         on_step: called with a `StepTrace` after every step.
         options: `dytc=DyTCConfig(...)`, `schedule=ScheduleOptions(...)` (the baselines'),
             `pld=PromptLookupConfig(...)`, `clock=` a seconds counter (tests inject a
-            deterministic one), `policy=` a `DyTCPolicy` carried across calls (updated in place).
+            deterministic one), `policy=` a `RefinedDyTC` carried across calls (updated in place).
     Returns:
-        A `GenerationResult`; its ``stats`` are listed in docs/design.md (`speculative.py`).
+        A `GenerationResult`; its ``stats`` are `StepStats.summary`'s: every `StepStats` field,
+        plus ``mat`` and ``time_other_s``.
     """
     checks.check_choice("method", method, METHODS)
     checks.check_options(options, {"dytc", "schedule", "pld", "clock", "policy"})

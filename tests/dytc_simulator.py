@@ -1,6 +1,6 @@
 """A simulator of speculative decoding for DyTC: synthetic drafts, acceptances and cost curves.
 
-It drives the real `casspec_ref.dytc.DyTCPolicy` (the same `grow` and `observe_step` the
+It drives the real `casspec_ref.dytc.RefinedDyTC` (the same `grow` and `observe_step` the
 decoding loop calls) through `SimDrafter`, a `TreeDrafter` whose drafts cost what a `World`
 says and whose nodes are accepted with the world's true probabilities. Fixed schedules (plain
 decoding, prompt lookup with a fixed k, a chain of one draft with a fixed k) run in the same world,
@@ -20,8 +20,10 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from casspec_ref.dytc import PLD, RECYCLE, DyTCConfig, DyTCPolicy, Outcome
-from casspec_ref.dytc_refinements import outcome
+from casspec_ref.dytc import DyTC
+from casspec_ref.dytc_config import PLD, RECYCLE, DyTCConfig
+from casspec_ref.dytc_estimates import Outcome
+from casspec_ref.dytc_refinements import RefinedDyTC
 
 
 @dataclass(frozen=True)
@@ -169,19 +171,17 @@ class SimDrafter:
         return added
 
     # -- the synthetic verifier ----------------------------------------------------------------
-    def verify(self, config: DyTCConfig | None = None) -> tuple[list[tuple[Outcome, bool]], int]:
-        """Walk the tree with the world's truth: (tested chain nodes, each with the outcome DyTC
-        with `config` learns it by; tokens committed)."""
-        config = config if config is not None else DyTCConfig()
+    def verify(self, policy: DyTC | None = None) -> tuple[list[tuple[Outcome, bool]], int]:
+        """Walk the tree with the world's truth: (tested chain nodes, each with the outcome
+        `policy` learns it by, or the default `RefinedDyTC` without one; tokens committed)."""
+        policy = policy if policy is not None else RefinedDyTC([])
         tested: list[tuple[Outcome, bool]] = []
         node, tokens = 0, 1
         while self.children[node]:
             nxt = None
             for child in self.children[node]:
                 draft, rank = self.draft[child], self.rank[child]
-                name = outcome(
-                    config, draft, self.draft[node], self.match(node), self.margin(child)
-                )
+                name = policy.outcome(draft, self.draft[node], self.match(node), self.margin(child))
                 if rank > 0:
                     p = self.world.siblings[draft][rank - 1]
                 elif draft in (PLD, RECYCLE) and self.draft[node] == draft:  # extends its chain
@@ -206,19 +206,22 @@ def run_dytc(
     seed: int,
     config: DyTCConfig | None = None,
     drafts: Sequence[str] = ("cheap", "good", PLD, RECYCLE),
-    policy: DyTCPolicy | None = None,
-) -> tuple[float, DyTCPolicy, list[int]]:
-    """DyTC for `steps` steps: (tokens per second, the trained policy, tree sizes)."""
+    policy: DyTC | None = None,
+) -> tuple[float, DyTC, list[int]]:
+    """DyTC for `steps` steps, as the loop runs it (`schedules.CasSpec`), `drafts` offered (the
+    policy drafts a free one only if among its `free_drafts`); returns (tokens per second, the
+    trained policy, tree sizes). A tree's depth is bounded by its node budget, as in the loop
+    away from the end of the answer and of the cache."""
     rng = random.Random(seed)
     cfg = config if config is not None else DyTCConfig()
     if policy is None:
-        policy = DyTCPolicy([d for d in drafts if d not in (PLD, RECYCLE)], cfg)
+        policy = RefinedDyTC([d for d in drafts if d not in (PLD, RECYCLE)], cfg)
     cfg = policy.config
     tokens, seconds, sizes = 0, 0.0, []
     for _ in range(steps):
-        drafter = SimDrafter(world, rng, cfg.max_tree_size, cfg.max_depth)
+        drafter = SimDrafter(world, rng, cfg.max_tree_size, cfg.max_tree_size)
         policy.grow(drafter, drafts)
-        tested, committed = drafter.verify(cfg)
+        tested, committed = drafter.verify(policy)
         verify = world.verify(drafter.size()) * (1 + world.noise * rng.uniform(-1, 1))
         timings = {d: (drafter.calls[d], drafter.draft_time[d]) for d in drafter.calls}
         policy.observe_step(tested, drafter.size(), verify, timings)

@@ -128,9 +128,9 @@ MUTANTS = (
     ),
     Mutant(
         # A loose anchor on the guard alone, in either of its spellings (`pooled(name) != name`,
-        # `key.pooled() != key`): dytc.py's estimate names are being restructured.
+        # `key.pooled() != key`).
         "a pooled estimate counted twice (its own outcome taught to it again)",
-        "casspec_ref/dytc.py",
+        "casspec_ref/dytc_refinements.py",
         r" if (?:\w+\.)?pooled\(\w*\) != \w+(?=\)?\])",
         "",
         ("tests/test_dytc.py",),

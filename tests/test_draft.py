@@ -23,7 +23,7 @@ from casspec_ref.draft import DraftSampling, NodeInfo, StepDrafter
 from casspec_ref.dsia.prompt_lookup import PromptLookup, PromptLookupConfig
 from casspec_ref.dsia.recycle import TokenRecycler
 from casspec_ref.dsia.virtual_draft import DraftRunner
-from casspec_ref.dytc import PLD, RECYCLE
+from casspec_ref.dytc_config import PLD, RECYCLE
 from casspec_ref.kv_cache import KVCache
 from casspec_ref.model import Transformer
 from casspec_ref.plan import ExecutionPlan

@@ -18,23 +18,20 @@ from dytc_simulator import (
     run_dytc,
 )
 
-from casspec_ref.dytc import (
-    PLD,
-    RECYCLE,
-    AcceptanceEstimator,
-    CostCurve,
-    DyTCConfig,
-    DyTCPolicy,
-    Outcome,
-    TreeEstimate,
-    best_k,
-    ewif_chain,
-    expected_tree_tokens,
-    geometric_tokens,
-    t_score,
-    tree_ewif,
+from casspec_ref.dytc import best_k, ewif_chain, geometric_tokens, t_score, tree_ewif
+from casspec_ref.dytc_config import PLD, RECYCLE, DyTCConfig
+from casspec_ref.dytc_estimates import AcceptanceEstimator, CostCurve, Outcome
+from casspec_ref.dytc_refinements import (
+    Exploration,
+    OptimisticEstimator,
+    RefinedCostCurve,
+    RefinedDyTC,
+    outcome,
+    pooled,
+    relax,
 )
-from casspec_ref.dytc_refinements import Exploration, max_cascade_depth, outcome, relax
+from casspec_ref.dytc_tree import TreeEstimate, expected_tree_tokens
+from casspec_ref.schedules import max_cascade_depth
 
 BEST = DyTCConfig()
 
@@ -43,17 +40,17 @@ def _outcome(draft: str, parent: str, match: int = 0, margin: float | None = Non
     return outcome(BEST, draft, parent, match, margin)
 
 
-def _exploration(policy: DyTCPolicy) -> Exploration:
+def _exploration(policy: RefinedDyTC) -> Exploration:
     assert policy.exploration is not None
     return policy.exploration
 
 
 def test_estimate_is_optimistic_in_warm_up_then_follows_observations() -> None:
-    est = AcceptanceEstimator(0.6, weight=0.3, window=5, warmup=3, optimistic=True)
+    est = OptimisticEstimator(0.6, weight=0.3, window=5, warmup=3)
     assert est.alpha == pytest.approx((0.6 + 3) / 4)  # the 3 outcomes to come counted accepted
     est.observe(1.0)
     assert est.alpha == pytest.approx((0.6 + 3) / 4)  # that acceptance was already counted
-    low = AcceptanceEstimator(0.6, weight=0.3, window=5, warmup=3, optimistic=True)
+    low = OptimisticEstimator(0.6, weight=0.3, window=5, warmup=3)
     low.observe(0.0)
     assert low.alpha == pytest.approx((0.6 + 2) / 4)  # a rejection costs 1 / (1 + warmup)
     # A long run of rejections keeps pushing the estimate down, strictly, past warm-up too.
@@ -66,7 +63,7 @@ def test_estimate_is_optimistic_in_warm_up_then_follows_observations() -> None:
 
 
 def test_estimate_warmup_then_windowed_ema_by_hand() -> None:
-    est = AcceptanceEstimator(0.5, weight=0.5, window=2, warmup=2, optimistic=True)
+    est = OptimisticEstimator(0.5, weight=0.5, window=2, warmup=2)
     est.observe(1.0)
     assert est.alpha == pytest.approx((0.5 + 1.0 + 1.0) / 3)  # prior, outcome, one to come
     est.observe(1.0)
@@ -84,7 +81,7 @@ def test_seed_article_rule_is_window_one() -> None:
 
 
 def test_cost_curve_learns_a_non_monotone_table() -> None:
-    curve = CostCurve(weight=0.5, table=True)
+    curve = RefinedCostCurve(weight=0.5, table=True)
     for tokens, seconds in [(1, 0.040), (2, 0.064), (4, 0.058), (8, 0.057)]:
         curve.observe(tokens, seconds)
     assert curve.predict(2) == 0.064 and curve.predict(4) == 0.058
@@ -93,7 +90,7 @@ def test_cost_curve_learns_a_non_monotone_table() -> None:
     assert curve.predict(16) == pytest.approx(0.057)  # beyond: a falling slope is clamped flat
     curve.observe(2, 0.040)  # EMA with weight 0.5
     assert curve.predict(2) == pytest.approx(0.052)
-    rising = CostCurve(table=True)
+    rising = RefinedCostCurve(table=True)
     rising.observe(1, 0.04)
     rising.observe(2, 0.05)
     assert rising.predict(5) == pytest.approx(0.08)  # extrapolated with the last slope
@@ -104,7 +101,7 @@ def test_cost_curve_learns_a_non_monotone_table() -> None:
 
 
 def test_cost_curve_staleness() -> None:
-    curve = CostCurve(horizon=3)
+    curve = RefinedCostCurve(horizon=3)
     curve.observe(4, 0.1)
     assert not curve.stale(4) and curve.stale(2)
     for _ in range(3):
@@ -197,20 +194,21 @@ def test_cascade_depth_rules() -> None:
 @pytest.mark.parametrize("name", ["", PLD, RECYCLE])
 def test_a_draft_name_that_would_clash_with_a_free_drafts_is_refused(name: str) -> None:
     with pytest.raises(ValueError, match=r"^draft name .* is invalid: "):
-        DyTCPolicy(["ok", name])
+        RefinedDyTC(["ok", name])
 
 
 def test_free_drafts_start_at_their_priors_and_model_drafts_optimistic() -> None:
     """A free draft's estimates (pooled, continuing, per match) start at its prior and follow
     the EMA from the first outcome; a model draft's (pooled, per margin bin) start optimistic."""
     cfg = DyTCConfig(prior_pld_alpha=0.4, prior_recycle_alpha=0.2, prior_alpha=0.5, warmup=10)
-    policy = DyTCPolicy(["l1"], cfg)
+    policy = RefinedDyTC(["l1"], cfg)
     free = [Outcome(PLD), Outcome(PLD, "next"), Outcome(PLD, "match", 1), Outcome(PLD, "match", 3)]
     free += [Outcome(RECYCLE), Outcome(RECYCLE, "next")]
     for key in free:
         want = 0.4 if key.draft == PLD else 0.2
         estimate = policy.estimate(key)
-        assert estimate.alpha == want and estimate.warmup == 0 and not estimate.optimistic, key
+        assert estimate.alpha == want and estimate.warmup == 0, key
+        assert not isinstance(estimate, OptimisticEstimator), key
     for key in (Outcome("l1"), Outcome("l1", "margin", 0), Outcome("l1", "margin", 4)):
         estimate = policy.estimate(key)
         assert estimate.alpha == (0.5 + 10) / 11 and estimate.warmup == 10, key
@@ -225,9 +223,9 @@ def test_config_validation() -> None:
         DyTCConfig(max_tree_size=0)
 
 
-def _timed_policy(draft_seconds: float, alpha: float, **config: float) -> DyTCPolicy:
+def _timed_policy(draft_seconds: float, alpha: float, **config: float) -> RefinedDyTC:
     """A policy that has timed the target (40 ms + 2 ms per extra token) and draft "l1"."""
-    policy = DyTCPolicy(["l1"], DyTCConfig(prior_alpha=alpha, warmup=0, **config))  # type: ignore[arg-type]
+    policy = RefinedDyTC(["l1"], DyTCConfig(prior_alpha=alpha, warmup=0, **config))  # type: ignore[arg-type]
     for _ in range(2):  # the first timing of a model draft is discarded (one-time setup)
         policy.observe_step([], 1, 0.040, {"l1": (1, draft_seconds), PLD: (1, 1e-5)})
     for size in (2, 4, 8, 16, 32):
@@ -240,7 +238,7 @@ def _drafter(world: World) -> SimDrafter:
 
 
 def test_first_draft_timing_is_discarded() -> None:
-    policy = DyTCPolicy(["l1"])
+    policy = RefinedDyTC(["l1"])
     policy.observe_step([], 1, 0.03, {"l1": (1, 5.0)})  # e.g. an int8 weight copy made on first use
     assert len(policy.draft_cost["l1"]) == 0 and policy.untimed(["l1", PLD]) == ["l1"]
     policy.observe_step([], 1, 0.03, {"l1": (1, 0.006)})
@@ -253,7 +251,7 @@ def test_one_early_rejection_does_not_switch_a_costly_draft_off() -> None:
     # Its two timing probes gave one rejection: a plain mean with the prior 0.6 says 0.53,
     # and DyTC would never draft it again; the warm-up estimate still counts the 18 outcomes
     # to come as accepted, so the draft is used and its own outcomes decide.
-    policy = DyTCPolicy(["l1"])
+    policy = RefinedDyTC(["l1"])
     for accepted in (True, False):
         policy.observe_step([(Outcome("l1"), accepted)], 2, 0.042, {"l1": (1, 0.020)})
     for size in (1, 2, 4, 8, 16):
@@ -274,7 +272,7 @@ def test_best_k_with_and_without_the_verify_cost() -> None:
 
 
 def test_policy_falls_back_before_any_timing() -> None:
-    policy = DyTCPolicy(["l1"])
+    policy = RefinedDyTC(["l1"])
     drafter = _drafter(default_world(CURVES["linear"]))
     assert policy.grow(drafter, ["l1", PLD]) == {0: 1.0} and drafter.size() == 1
 
@@ -308,7 +306,7 @@ def test_a_lookups_first_token_is_learned_by_its_match_length() -> None:
     assert _outcome(PLD, "root") == Outcome(PLD) and _outcome(PLD, PLD, 2) == Outcome(PLD, "next")
     assert _outcome("l1", "root", 2) == Outcome("l1")
     assert _outcome(RECYCLE, "l1", 1) == Outcome(RECYCLE)
-    policy = DyTCPolicy(["l1"], DyTCConfig(warmup=0, ema_weight=1.0, window=4))
+    policy = RefinedDyTC(["l1"], DyTCConfig(warmup=0, ema_weight=1.0, window=4))
     policy.observe_step([(Outcome(PLD, "match", 1), False)] * 4, 1, 0.04, {})
     counts = {key: e.count for key, e in policy.estimates().items() if e.count}
     assert counts == {Outcome(PLD, "match", 1): 4, Outcome(PLD): 4}
@@ -372,10 +370,10 @@ def test_a_model_drafts_token_is_learned_by_its_margin() -> None:
     assert _outcome(PLD, "root", 2, 0.5) == Outcome(PLD, "match", 2) and _outcome(
         "l1", "l1"
     ) == Outcome("l1")
-    assert Outcome("l1", "margin", 3).pooled() == Outcome("l1")
-    assert Outcome(PLD, "match", 1).pooled() == Outcome(PLD)
-    assert Outcome(PLD, "next").pooled() == Outcome(PLD, "next")
-    policy = DyTCPolicy(["l1"], DyTCConfig(warmup=0, ema_weight=1.0, window=4))
+    assert pooled(Outcome("l1", "margin", 3)) == Outcome("l1")
+    assert pooled(Outcome(PLD, "match", 1)) == Outcome(PLD)
+    assert pooled(Outcome(PLD, "next")) == Outcome(PLD, "next")
+    policy = RefinedDyTC(["l1"], DyTCConfig(warmup=0, ema_weight=1.0, window=4))
     policy.observe_step([(Outcome("l1", "margin", 3), False)] * 4, 1, 0.04, {})
     assert {k: e.count for k, e in policy.estimates().items() if e.count} == {
         Outcome("l1", "margin", 3): 4,
@@ -497,7 +495,7 @@ def test_untested_drafts_relax_up_towards_their_prior_so_they_can_recover() -> N
     """A draft whose estimate fell is not proposed, so it gets no observations: each step moves
     it back up towards its prior by `reexplore`; tested drafts, and an untested draft estimated
     above its prior (a good draft a step did not need), are left alone."""
-    policy = DyTCPolicy(["model"], DyTCConfig(warmup=0, reexplore=0.1, prior_pld_alpha=0.5))
+    policy = RefinedDyTC(["model"], DyTCConfig(warmup=0, reexplore=0.1, prior_pld_alpha=0.5))
     policy.observe_step([(Outcome(PLD), False)] * 30 + [(Outcome("model"), True)] * 30, 1, 0.04, {})
     low, high = policy.alpha[PLD].alpha, policy.alpha["model"].alpha
     assert low < 0.05 and high > 0.9
@@ -540,7 +538,7 @@ def test_a_costly_good_draft_returns_after_a_bad_stretch() -> None:
     drafting = 0
     for seed in (7, 8, 9):
         world = World(CURVES["linear"], {"good": 0.93}, {"good": 0.7 * 0.040}, noise=0.0)
-        policy = DyTCPolicy(["good"])
+        policy = RefinedDyTC(["good"])
         for size in (1, 2, 4, 8, 16):
             policy.observe_step([], size, world.verify(size), {})
         for _ in range(2):  # timed (the first timing is discarded)
@@ -558,7 +556,7 @@ def test_exploration_recovers_from_a_load_spike() -> None:
     """Sizes measured during a load spike look too expensive to use; the exploration budget
     tries them again, learns the real cost, and DyTC drafts again (no lock-out)."""
     world = default_world(CURVES["linear"])
-    policy = DyTCPolicy(["cheap", "good"], DyTCConfig(explore_horizon=16))
+    policy = RefinedDyTC(["cheap", "good"], DyTCConfig(explore_horizon=16))
     for size in range(1, 33):
         policy.observe_step([], size, 10 * world.verify(size) if size > 1 else world.verify(1), {})
     rate, policy, sizes = run_dytc(world, 1500, seed=2, policy=policy)
@@ -571,7 +569,7 @@ def test_a_draft_timed_during_a_stall_is_timed_again() -> None:
     that timing is `explore_horizon` steps old it is stale, the draft is probed again, the new
     timing replaces the stale one, and DyTC drafts with it (no lock-out by one bad timing)."""
     world = World(CURVES["flat (GPU-like)"], {"good": 0.85}, {"good": 0.004})
-    policy = DyTCPolicy(["good"], DyTCConfig(explore_horizon=32))
+    policy = RefinedDyTC(["good"], DyTCConfig(explore_horizon=32))
     policy.observe_step([], 1, world.verify(1), {})
     for seconds in (1.0, 10 * world.verify(1)):  # the first is discarded, the second kept
         policy.observe_step([], 1, world.verify(1), {"good": (1, seconds)})
@@ -615,7 +613,7 @@ def test_exploring_a_stale_size_is_paid_by_the_budget() -> None:
 
 
 def test_a_free_draft_chain_is_estimated_with_its_continuing_alpha() -> None:
-    policy = DyTCPolicy(["l1"], DyTCConfig(warmup=0))
+    policy = RefinedDyTC(["l1"], DyTCConfig(warmup=0))
     for accepted in (0.0, 0.0, 1.0, 0.0):
         policy.alpha[PLD].observe(accepted)
     for accepted in (1.0, 1.0, 1.0, 0.0):

@@ -2,7 +2,7 @@
 
 Every code name written in backticks in docs/notation.md and docs/method.md, and in the passages
 of docs/design.md and docs/testing.md that speak of DyTC (`dytc_passages`), is looked up in the
-package: a dotted path (`dytc.t_score`, `DyTCPolicy.alpha`) must resolve, from a module of
+package: a dotted path (`dytc.t_score`, `RefinedDyTC.alpha`) must resolve, from a module of
 casspec_ref or a name one defines, through attributes (an instance attribute counts when its
 class, or a package class it extends, assigns ``self.NAME``); a single identifier must be defined
 or used as a name anywhere in the package or its tests (a function, a field, a variable, a dict
@@ -176,18 +176,18 @@ def test_the_dytc_passages_are_the_ones_that_name_it() -> None:
 def test_a_planted_name_trips_the_check() -> None:
     text = (
         "| alpha | `acceptance_rate_zz` | planted |\n"
-        "`dytc.no_such_function`, `DyTCPolicy.no_such_field`, `nodule.t_score`, `DyTCConfig`,"
-        " `dytc.t_score`, `DyTCPolicy.alpha`, `p`, `no_such_module.py`, `dytc.py`"
+        "`dytc.no_such_function`, `RefinedDyTC.no_such_field`, `nodule.t_score`, `DyTCConfig`,"
+        " `dytc.t_score`, `RefinedDyTC.alpha`, `p`, `no_such_module.py`, `dytc.py`"
     )
     names = code_names(text, notation_table=True)
     assert names == [
         "acceptance_rate_zz",
         "dytc.no_such_function",
-        "DyTCPolicy.no_such_field",
+        "RefinedDyTC.no_such_field",
         "nodule.t_score",
         "DyTCConfig",
         "dytc.t_score",
-        "DyTCPolicy.alpha",
+        "RefinedDyTC.alpha",
         "no_such_module.py",
         "dytc.py",
     ]

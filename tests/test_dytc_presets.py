@@ -13,6 +13,7 @@ policy alone, method ``cas-spec:paper``).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import random
 from fractions import Fraction
@@ -24,9 +25,11 @@ from dytc_simulator import CURVES, SimDrafter, World, default_world, run_dytc
 from test_speculative import PROMPTS, _drafts
 from test_speculative import _model as _greedy_model
 
-from casspec_ref.dytc import CostCurve, DyTCConfig, DyTCPolicy, Outcome, TreeEstimate
-from casspec_ref.dytc_config import REFINEMENTS
-from casspec_ref.dytc_refinements import outcome
+from casspec_ref.dytc import DyTC
+from casspec_ref.dytc_config import PLD, RECYCLE, REFINEMENTS, DyTCConfig
+from casspec_ref.dytc_estimates import CostCurve, Outcome
+from casspec_ref.dytc_refinements import RefinedCostCurve, RefinedDyTC
+from casspec_ref.dytc_tree import TreeEstimate
 from casspec_ref.generate import generate_ar
 from casspec_ref.schedules import SCHEDULES, ScheduleSpec
 from casspec_ref.speculative import METHODS, generate_speculative
@@ -50,20 +53,74 @@ def test_the_paper_method_refuses_a_config_with_a_refinement_on() -> None:
         paper(ScheduleSpec(["l1"], 2, DyTCConfig(max_k=3)))
     with pytest.raises(ValueError, match="exploration"):
         paper(
-            ScheduleSpec(["l1"], 2, policy=DyTCPolicy(["l1"], DyTCConfig.paper(exploration=True)))
+            ScheduleSpec(["l1"], 2, policy=RefinedDyTC(["l1"], DyTCConfig.paper(exploration=True)))
         )
+    with pytest.raises(ValueError, match=r"runs the paper's DyTC.*RefinedDyTC"):
+        paper(ScheduleSpec(["l1"], 2, policy=RefinedDyTC(["l1"], DyTCConfig.paper())))
+    assert type(paper(ScheduleSpec(["l1"], 2)).policy) is DyTC
 
 
 def test_the_paper_preset_learns_one_estimate_per_draft() -> None:
     """No refined estimates: a node's outcome teaches its draft's one alpha, whatever its match
     or margin; the default learns the refined ones too."""
-    paper = DyTCPolicy(["l1"], DyTCConfig.paper())
-    assert paper.refined == {} and paper.exploration is None
-    assert outcome(paper.config, "pld", "pld", 3, None) == Outcome("pld")
-    assert outcome(paper.config, "l1", "root", 0, 0.5) == Outcome("l1")
-    best = DyTCPolicy(["l1"])
-    assert outcome(best.config, "pld", "pld", 3, None) == Outcome("pld", "next")
-    assert outcome(best.config, "l1", "root", 0, 0.5) == Outcome("l1", "margin", 4)
+    paper = DyTC(["l1"])
+    assert paper.config == DyTCConfig.paper()
+    assert set(paper.estimates()) == {Outcome("l1"), Outcome(PLD), Outcome(RECYCLE)}
+    assert paper.outcome(PLD, PLD, 3, None) == Outcome(PLD)
+    assert paper.outcome("l1", "root", 0, 0.5) == Outcome("l1")
+    best = RefinedDyTC(["l1"])
+    assert best.outcome(PLD, PLD, 3, None) == Outcome(PLD, "next")
+    assert best.outcome("l1", "root", 0, 0.5) == Outcome("l1", "margin", 4)
+    assert len(best.estimates()) > len(paper.estimates())
+
+
+def test_the_paper_preset_drafts_no_recycled_token() -> None:
+    """`cas-spec:paper` drafts with the DSIA levels and prompt lookup only: with recycled tokens
+    believed always right (prior 1), `cas-spec` drafts them on the greedy tiny models; no node
+    of the paper preset's trees is one."""
+    configs = {
+        "cas-spec": DyTCConfig(prior_recycle_alpha=1.0),
+        "cas-spec:paper": DyTCConfig.paper(prior_recycle_alpha=1.0),
+    }
+    sources: dict[str, set[str]] = {method: set() for method in configs}
+    for method, seen in sources.items():
+        for seed in range(2):
+            model = _greedy_model("llama", seed)
+            for prompt in PROMPTS:
+                generate_speculative(
+                    model,
+                    prompt,
+                    30,
+                    method=method,
+                    drafts=_drafts(model),
+                    dytc=configs[method],
+                    clock=model.clock,
+                    on_step=lambda t, seen=seen: seen.update(t.sources),
+                )
+    assert RECYCLE in sources["cas-spec"], "the control never drafted a recycled token"
+    assert RECYCLE not in sources["cas-spec:paper"]
+    assert PLD in sources["cas-spec:paper"] and len(sources["cas-spec:paper"]) > 2
+
+
+def test_the_papers_policy_never_drafts_a_recycled_token_offered_to_it() -> None:
+    """Offered every draft, the paper's DyTC expands none but the model drafts and lookup."""
+    expanded: set[str] = set()
+
+    class Recording(SimDrafter):
+        def expand(self, node: int, draft: str, k: int, width: int):  # type: ignore[no-untyped-def]
+            expanded.add(draft)
+            return super().expand(node, draft, k, width)
+
+    world = default_world(CURVES["linear"])
+    policy = DyTC(["cheap", "good"])
+    rng = random.Random(0)
+    for _ in range(200):
+        drafter = Recording(world, rng, 32, 32)
+        policy.grow(drafter, ["cheap", "good", PLD, RECYCLE])
+        tested, _ = drafter.verify(policy)
+        timings = {d: (drafter.calls[d], drafter.draft_time[d]) for d in drafter.calls}
+        policy.observe_step(tested, drafter.size(), world.verify(drafter.size()), timings)
+    assert RECYCLE not in expanded and PLD in expanded, expanded
 
 
 # ------------------------------------------------------------------ hand-worked decisions
@@ -71,7 +128,7 @@ def test_paper_estimate_is_the_running_mean_in_warm_up_then_the_ema() -> None:
     """Prior 0.6 as one pseudo-outcome: after 1, 0, 1 the mean is (0.6 + 2) / 4 = 0.65; after
     the 20 warm-up outcomes (1, 0, 1, then 17 accepted) it is (0.6 + 19) / 21, and the 21st (a
     rejection) moves it by the EMA: 0.7 a + 0.3 (mean of the last 20 = 18 / 20)."""
-    policy = DyTCPolicy(["l1"], DyTCConfig.paper(prior_alpha=0.6))
+    policy = DyTC(["l1"], DyTCConfig.paper(prior_alpha=0.6))
     for accepted in (True, False, True):
         policy.observe_step([(Outcome("l1"), accepted)], 1, 1.0, {})
     assert policy.alpha["l1"].alpha == pytest.approx(float((Fraction(6, 10) + 2) / 4), rel=1e-15)
@@ -87,7 +144,7 @@ def test_paper_estimate_is_the_running_mean_in_warm_up_then_the_ema() -> None:
 def test_paper_cost_model_is_a_least_squares_line() -> None:
     """Timings 1.0, 1.5, 1.5 s at 1, 2, 3 tokens: the line through their means (2, 4/3) with
     slope 0.25; the table would read 1.5 at 3 tokens, the line says 4/3 + 0.25 = 19/12."""
-    line, table = CostCurve(), CostCurve(table=True)
+    line, table = CostCurve(), RefinedCostCurve(table=True)
     for tokens, seconds in ((1, 1.0), (2, 1.5), (3, 1.5)):
         line.observe(tokens, seconds)
         table.observe(tokens, seconds)
@@ -100,11 +157,11 @@ def test_paper_cost_model_is_a_least_squares_line() -> None:
 STEP = 1.0  # seconds of a plain step in the hand-worked policies: costs read as multiples of it
 
 
-def _paper_policy(alpha: float, draft_seconds: float) -> DyTCPolicy:
+def _paper_policy(alpha: float, draft_seconds: float) -> DyTC:
     """The paper's policy with model draft "l1" at estimate `alpha` (its prior, no outcome yet)
     and `draft_seconds` a call, a lookup never right, and verify costs 1 + 0.25 (n - 1) seconds
     for n nodes (timed at n = 1..5, on the line, so the fitted line is exact)."""
-    policy = DyTCPolicy(["l1"], DyTCConfig.paper(prior_alpha=alpha, prior_pld_alpha=0.0))
+    policy = DyTC(["l1"], DyTCConfig.paper(prior_alpha=alpha, prior_pld_alpha=0.0))
     for _ in range(2):  # the first timing of a model draft is discarded (one-time setup)
         policy.observe_step([], 1, STEP, {"l1": (1, draft_seconds)})
     for n in range(1, 6):
@@ -160,16 +217,15 @@ def test_paper_policy_falls_back_to_plain_decoding_when_no_draft_pays() -> None:
 
 
 # ------------------------------------------------------------------ both presets are lossless
-PAPER_LOOP = DyTCConfig.paper(warmup=0, max_tree_size=4, max_k=2, siblings=2)
-
-
 @pytest.mark.parametrize("case", test_loop_laws.CASES, ids=lambda case: case.name)
 def test_paper_preset_loop_law_equals_ar(case, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     """The loop-law matrix's cases (tests/test_loop_laws.py, which runs the default) with DyTC
     on the paper's policy: its warmed policy drafts trees, and the exact law of the tokens is
     plain sampling's within 1e-12 in total variation."""
-    monkeypatch.setattr(test_loop_laws, "DYTC", PAPER_LOOP)
-    tv, coverage = test_loop_laws.measure(case, "cas-spec", monkeypatch)
+    knobs = {name: getattr(case.dytc, name) for name in ("warmup", "max_tree_size", "max_k")}
+    paper = DyTCConfig.paper(**knobs, siblings=case.dytc.siblings)
+    case = dataclasses.replace(case, dytc=paper)
+    tv, coverage = test_loop_laws.measure(case, "cas-spec:paper", monkeypatch)
     assert tv < test_loop_laws.TOLERANCE, tv
     assert coverage.max_tree >= 2, "the paper's policy drafted no tree"
 
@@ -216,8 +272,8 @@ def _decisions_digest(drafter: type[SimDrafter], monkeypatch: pytest.MonkeyPatch
 @pytest.mark.parametrize(
     ("drafter", "pinned"),
     [
-        (SimDrafter, "0da2e7b947fa7c6c8bf2d85ea4832ec6ee8c4982140f4fdceb71e49119ea97da"),
-        (_Reporting, "347c7f86ed02ade763fa288f191b346b823c7df1cbf5336432dcacf26c2fa473"),
+        (SimDrafter, "173dc937f782b8f5c75a4e20d1865ec68dedd2410dd79db5b7ecf10e3e07db6b"),
+        (_Reporting, "f1bc6d7444f1e9dc022cf9ff8430f2db642d1ad1521bad8a396e7f126eb0aa6c"),
     ],
     ids=["plain drafter", "matches and margins"],
 )
@@ -240,3 +296,22 @@ def test_the_bench_and_the_cli_know_the_paper_method(capsys: pytest.CaptureFixtu
         bench.parse_method("cas-spec:best", METHODS)
     assert main(["generate", "hi", "--method", "pld", "--dytc", "paper"]) == 2
     assert "--dytc paper applies to --method cas-spec, not 'pld'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("drafter", [SimDrafter, _Reporting], ids=["plain drafter", "reporting"])
+def test_the_refined_policy_with_every_switch_off_decides_as_the_papers(
+    drafter: type[SimDrafter], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`RefinedDyTC(drafts, DyTCConfig.paper())` is the paper's `DyTC`: the same tokens per
+    second and tree sizes on every cost curve (so the replay's ``cas-spec:paper@SWITCH=1``
+    measures one refinement against the paper), while the default decides otherwise."""
+    monkeypatch.setattr(dytc_simulator, "SimDrafter", drafter)
+    differs = 0
+    for curve in CURVES:
+        world = default_world(CURVES[curve])
+        paper = run_dytc(world, 300, 1, policy=DyTC(["cheap", "good"]))
+        off = run_dytc(world, 300, 1, policy=RefinedDyTC(["cheap", "good"], DyTCConfig.paper()))
+        assert (paper[0], paper[2]) == (off[0], off[2]), curve
+        default = run_dytc(world, 300, 1)
+        differs += default[2] != paper[2]
+    assert differs > 0

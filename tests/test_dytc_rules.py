@@ -14,25 +14,19 @@ import random
 import pytest
 from dytc_simulator import SimDrafter, World
 
-from casspec_ref.dytc import (
-    PLD,
-    RECYCLE,
-    DyTCConfig,
-    DyTCPolicy,
-    Expansion,
-    Outcome,
-    TreeEstimate,
-    best_k,
-    tree_ewif,
-)
+from casspec_ref.dytc import best_k, tree_ewif
+from casspec_ref.dytc_config import PLD, RECYCLE, DyTCConfig
+from casspec_ref.dytc_estimates import Outcome
+from casspec_ref.dytc_refinements import RefinedDyTC
+from casspec_ref.dytc_tree import Expansion, TreeEstimate
 
 STEP = 0.040  # seconds of a plain step in every policy below
 
 
-def _policy(verify: dict[int, float], draft_seconds: float = 0.004, **config: float) -> DyTCPolicy:
+def _policy(verify: dict[int, float], draft_seconds: float = 0.004, **config: float) -> RefinedDyTC:
     """A policy (model draft "l1", no warm-up) that has timed the target's forward over each
     tree size in `verify` and one call of "l1" at `draft_seconds`."""
-    policy = DyTCPolicy(["l1"], DyTCConfig(warmup=0, **config))  # type: ignore[arg-type]
+    policy = RefinedDyTC(["l1"], DyTCConfig(warmup=0, **config))  # type: ignore[arg-type]
     for _ in range(2):  # the first timing of a model draft is discarded (one-time setup)
         policy.observe_step([], 1, verify[1], {"l1": (1, draft_seconds)})
     for size, seconds in verify.items():
@@ -184,7 +178,7 @@ def _width_threshold(tokens: float, spent: float, verify: tuple[float, float], a
     return tokens * ((spent + verify[1]) / (spent + verify[0]) - 1.0) / a_s
 
 
-def _width(policy: DyTCPolicy, world: World, k: int) -> int:
+def _width(policy: RefinedDyTC, world: World, k: int) -> int:
     """`_width` of a chain of k "l1" tokens below the root, valued as `plan` values it."""
     tokens = 1.0 + 0.7 * (1.0 + sum(0.7**i for i in range(1, k)))
     spent = policy.draft_seconds("l1") * k

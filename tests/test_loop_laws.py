@@ -53,7 +53,9 @@ from casspec_ref import proof as oracle
 from casspec_ref.baselines import ScheduleOptions
 from casspec_ref.draft import StepDrafter
 from casspec_ref.dsia.prompt_lookup import PromptLookupConfig
-from casspec_ref.dytc import PLD, RECYCLE, DyTCConfig, DyTCPolicy
+from casspec_ref.dytc import DyTC
+from casspec_ref.dytc_config import PLD, RECYCLE, DyTCConfig
+from casspec_ref.dytc_refinements import RefinedDyTC
 from casspec_ref.generate import generate_ar
 from casspec_ref.sampling import RandomSource
 from casspec_ref.tree import ChildRule, DraftTree
@@ -254,16 +256,18 @@ def _recording_verifier(coverage: Coverage) -> Callable[..., Any]:
     return verify
 
 
-def _warm_policy(model: _TimedModel, case: LoopCase) -> DyTCPolicy:
-    """A DyTC policy that has timed the target and every draft in one earlier generation, so
-    that DyTC drafts trees from the first step of the enumerated generations."""
-    policy = DyTCPolicy([plan.name for plan in DRAFTS], case.dytc)
+def _warm_policy(model: _TimedModel, case: LoopCase, method: str) -> DyTC:
+    """A DyTC policy (the paper's for ``cas-spec:paper``) that has timed the target and every
+    draft in one earlier generation, so that DyTC drafts trees from the first step of the
+    enumerated generations."""
+    kind = DyTC if method == "cas-spec:paper" else RefinedDyTC
+    policy = kind([plan.name for plan in DRAFTS], case.dytc)
     model.clock.now = 0.0
     speculative.generate_speculative(
         model,
         list(case.prompt),
         12,
-        method="cas-spec",
+        method=method,
         seed=0,
         drafts=DRAFTS,
         policy=policy,
@@ -277,7 +281,7 @@ def _warm_policy(model: _TimedModel, case: LoopCase) -> DyTCPolicy:
 
 def loop_law(model: _TimedModel, case: LoopCase, method: str) -> oracle.Law:
     """The exact law of the first ``case.n_tokens`` tokens of `generate_speculative`."""
-    warm = _warm_policy(model, case) if method == "cas-spec" else None
+    warm = _warm_policy(model, case, method) if method.startswith("cas-spec") else None
 
     def run(rng: RandomSource) -> tuple[int, ...]:
         model.clock.now = 0.0

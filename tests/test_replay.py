@@ -13,7 +13,9 @@ from casspec_ref.baselines import ScheduleOptions
 from casspec_ref.config import tiny_llama
 from casspec_ref.dsia.prompt_lookup import PromptLookup, PromptLookupConfig
 from casspec_ref.dsia.recycle import TokenRecycler
-from casspec_ref.dytc import PLD, RECYCLE, DyTCConfig, DyTCPolicy, Outcome
+from casspec_ref.dytc_config import PLD, RECYCLE, DyTCConfig
+from casspec_ref.dytc_estimates import Outcome
+from casspec_ref.dytc_refinements import RefinedDyTC
 from casspec_ref.generate import generate_ar
 from casspec_ref.kv_cache import KVCache
 from casspec_ref.model import Transformer
@@ -96,7 +98,7 @@ def test_lookup_or_chain_takes_the_lookup_where_the_prompt_holds_the_answer() ->
 
 
 def test_dytc_learns_the_recorded_drafts_apart() -> None:
-    policy = DyTCPolicy(["bad", "good"], DyTCConfig(warmup=2))
+    policy = RefinedDyTC(["bad", "good"], DyTCConfig(warmup=2))
     records = [_recorded([1, 2, 3])] * 6
     run = replay(records, COSTS, policy=policy)
     assert run.tokens == {"g": 60}

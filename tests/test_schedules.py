@@ -15,7 +15,8 @@ from casspec_ref.config import tiny_llama
 from casspec_ref.draft import DraftSampling, StepDrafter
 from casspec_ref.dsia.prompt_lookup import PromptLookup
 from casspec_ref.dsia.virtual_draft import DraftRunner
-from casspec_ref.dytc import PLD, RECYCLE, DyTCConfig, Outcome
+from casspec_ref.dytc_config import PLD, RECYCLE, DyTCConfig
+from casspec_ref.dytc_estimates import Outcome
 from casspec_ref.dytc_refinements import outcome
 from casspec_ref.kv_cache import KVCache
 from casspec_ref.model import Transformer

@@ -14,7 +14,8 @@ import torch
 from casspec_ref.base.random_weights import random_init_
 from casspec_ref.baselines import ScheduleOptions
 from casspec_ref.config import ModelConfig, smollm2_135m, tiny_gpt2, tiny_llama
-from casspec_ref.dytc import DyTCConfig, DyTCPolicy
+from casspec_ref.dytc_config import DyTCConfig
+from casspec_ref.dytc_refinements import RefinedDyTC
 from casspec_ref.generate import generate_ar
 from casspec_ref.io.presets import attach_preset_drafts, smollm2_cascade
 from casspec_ref.kv_cache import KVCache
@@ -300,7 +301,7 @@ def test_bad_input() -> None:
         generate_speculative(model, [1], 4, method="chain", drafts=("skip",))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="static_branching"):
         ScheduleOptions(static_branching=())
-    stranger = DyTCPolicy(["other"])
+    stranger = RefinedDyTC(["other"])
     with pytest.raises(ValueError, match="does not know"):
         generate_speculative(model, [1], 4, drafts=_drafts(model), policy=stranger)
 

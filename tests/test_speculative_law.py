@@ -19,7 +19,8 @@ import torch
 from casspec_ref.base.random_weights import random_init_
 from casspec_ref.baselines import ScheduleOptions
 from casspec_ref.config import tiny_llama
-from casspec_ref.dytc import PLD, DyTCConfig, DyTCPolicy
+from casspec_ref.dytc_config import PLD, DyTCConfig
+from casspec_ref.dytc_refinements import RefinedDyTC
 from casspec_ref.generate import generate_ar
 from casspec_ref.model import Transformer
 from casspec_ref.plan import ExecutionPlan
@@ -66,10 +67,10 @@ DRAFTS = (
 DYTC = DyTCConfig(warmup=0, max_tree_size=4, max_k=2, siblings=2)
 
 
-def _warm_policy(model: _TimedModel, **sampling: float) -> DyTCPolicy:
+def _warm_policy(model: _TimedModel, **sampling: float) -> RefinedDyTC:
     """A DyTC policy that has already timed the target and every draft (one earlier generation),
     so that DyTC drafts from the first step of the enumerated generations."""
-    policy = DyTCPolicy([plan.name for plan in DRAFTS], DYTC)
+    policy = RefinedDyTC([plan.name for plan in DRAFTS], DYTC)
     model.clock.now = 0.0
     generate_speculative(
         model,

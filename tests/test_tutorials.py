@@ -13,6 +13,7 @@
   n >= k + 1).
 - Statements that contradict the code stay out of the prose (the phrases below).
 - Lecture 0's companion file: its sampler has the AR law exactly, and its deliberate bug does not.
+- Notebooks are stored with their outputs and without execution timestamps in any cell.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from types import ModuleType
 
 import pytest
 
-from casspec_ref import dytc
+from casspec_ref import dytc_config
 from casspec_ref.baselines import schedules
 from casspec_ref.config import smollm2_135m
 from casspec_ref.io.presets import smollm2_cascade, smollm2_drafts
@@ -160,13 +161,13 @@ def test_prose_names_the_chain_draft_level_as_the_code_chooses_it():
 
 
 def test_prose_names_dytcs_estimate_defaults_as_the_config_defines_them():
-    cfg = dytc.DyTCConfig()
+    cfg = dytc_config.DyTCConfig()
     nb07 = _markdown(TUTORIALS / "07_dytc_step_by_step.ipynb")
     assert (
         f"DyTC's own default (`DyTCConfig`) is weight {cfg.ema_weight} on the mean of the last "
         f"{cfg.window}, after {cfg.warmup} warm-up observations" in nb07
     )
-    paper = dytc.DyTCConfig.paper()  # the notes' parameterization is the paper preset's
+    paper = dytc_config.DyTCConfig.paper()  # the notes' parameterization is the paper preset's
     assert (
         f"public notes on the paper (weight {paper.ema_weight} on the mean of the last "
         f"{paper.window}, after {paper.warmup} warm-up observations)" in nb07
@@ -174,7 +175,7 @@ def test_prose_names_dytcs_estimate_defaults_as_the_config_defines_them():
 
 
 def test_every_draft_name_in_backticks_exists():
-    known = set(smollm2_drafts(smollm2_135m())) | {dytc.PLD}
+    known = set(smollm2_drafts(smollm2_135m())) | {dytc_config.PLD}
     looks_like_a_draft = re.compile(r"`([a-z0-9.+-]*(?:w8a8|search-)[a-z0-9.+-]*)`")
     texts = {p.name: _markdown(p) for p in NOTEBOOKS}
     texts |= {
@@ -335,7 +336,8 @@ def test_no_statement_in_the_tutorials_contradicts_the_code():
 
 def test_notation_code_names_exist():
     text = (ROOT / "docs" / "notation.md").read_text()
-    for module, attr in re.findall(r"`(dytc|verify|tree|sampling)\.(\w+)`", text):
+    pattern = r"`(dytc\w*|schedules|verify|tree|sampling)\.(\w+)`"
+    for module, attr in re.findall(pattern, text):
         mod = importlib.import_module(f"casspec_ref.{module}")
         assert hasattr(mod, attr), f"docs/notation.md names {module}.{attr}, which does not exist"
 
@@ -453,3 +455,26 @@ def test_notebooks_are_stored_with_their_outputs(path):
     images = [o for _, c in code for o in c["outputs"] if "image/png" in o.get("data", {})]
     assert images, f"{path.name} stores no figure"
     assert str(ROOT) not in path.read_text(), f"{path.name} stores this machine's path"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem[:2])
+def test_no_notebook_cell_carries_execution_timestamps(path):
+    """`exercises.store_outputs` drops the timestamps a kernel records, so that storing a
+    notebook again changes it only where its outputs change."""
+    found = exercises.timestamped_cells(json.loads(path.read_text()))
+    assert not found, "; ".join(
+        f"{path.name}: cell {index} carries {', '.join(keys)}" for index, keys in found
+    )
+
+
+def test_execution_timestamps_are_found_and_dropped():
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("text"), nbformat.v4.new_code_cell("1 + 1")]
+    nb.cells[1].metadata["execution"] = {"shell.execute_reply": "2024-01-01T00:00:00.000000Z"}
+    nb.cells[1].metadata["tags"] = ["kept"]
+    assert exercises.timestamped_cells(nb) == [(1, ["execution"])]
+    stripped = exercises.without_timestamps(nb)
+    assert exercises.timestamped_cells(stripped) == []
+    assert stripped.cells[1].metadata == {"tags": ["kept"]}

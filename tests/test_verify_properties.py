@@ -183,11 +183,11 @@ def step_and_ar_laws(scenario: Scenario, exact: bool) -> tuple[dict, dict]:
     return got, want
 
 
-# Pinned examples: every counterexample found so far, then the cases that matter most (each
+# Pinned examples: the counterexamples Hypothesis found, then the cases that matter most (each
 # fails under one of the mutants in tests/test_mutants.py).
 
-# Found by Hypothesis: the last WITHOUT_REPLACEMENT child exhausts q's support; the verifier
-# used to compute the (empty) conditional law for a sibling that does not exist and raised.
+# Found by Hypothesis: the last WITHOUT_REPLACEMENT child exhausts q's support. A verifier that
+# computes the (empty) conditional law for a sibling that does not exist raises here.
 FOUND_WOR_EXHAUSTED = Scenario(
     vocab=2,
     target=((0, 1),),

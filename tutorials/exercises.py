@@ -25,8 +25,9 @@ wrong answer, or a solution that does not solve, fails CI.
 `store_outputs` executes a notebook as a student first sees it (the stubs in place) and writes
 it back with its outputs, so that it reads without running: every cell runs, and each check
 cell shows the message it gives on the unfilled stub; the repository's path in an output is
-written ``<repository>``. ``python tutorials/exercises.py 00 03``
-stores notebooks 00 and 03 (no argument: all of them).
+written ``<repository>``, and no cell keeps the execution timestamps a kernel records (the
+metadata keys in `TIMESTAMP_KEYS`). ``python tutorials/exercises.py 00 03`` stores notebooks
+00 and 03 (no argument: all of them).
 """
 
 from __future__ import annotations
@@ -47,6 +48,9 @@ WITHOUT_EXERCISES: set[str] = set()
 SECTION = re.compile(r"^# %% (exercise|wrong): *([\w-]+) *(?:: *(.*?))? *$", re.MULTILINE)
 #: The fewest wrong answers each exercise's gallery holds.
 MIN_WRONG = 2
+#: Cell metadata that records when a cell ran (nbclient's ``execution``, the JupyterLab
+#: extension's ``ExecuteTime``); a stored notebook carries none of it.
+TIMESTAMP_KEYS = ("execution", "ExecuteTime")
 
 
 def notebooks() -> list[Path]:
@@ -218,7 +222,11 @@ def store_outputs(path: Path, timeout: int = 600) -> None:
     nb = nbformat.read(path, as_version=4)
     checks = {index for _, index in exercises(nb).values()}
     client = NotebookClient(
-        nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(TUTORIALS)}}
+        nb,
+        timeout=timeout,
+        kernel_name="python3",
+        record_timing=False,
+        resources={"metadata": {"path": str(TUTORIALS)}},
     )
     with client.setup_kernel():
         for index, cell in enumerate(nb.cells):
@@ -227,7 +235,25 @@ def store_outputs(path: Path, timeout: int = 600) -> None:
             except CellExecutionError:
                 if index not in checks:
                     raise
-    nbformat.write(without_local_paths(nb), path)
+    nbformat.write(without_timestamps(without_local_paths(nb)), path)
+
+
+def timestamped_cells(nb: dict) -> list[tuple[int, list[str]]]:
+    """[(cell index, the `TIMESTAMP_KEYS` its metadata carries)] of every cell carrying any."""
+    found = []
+    for index, cell in enumerate(nb["cells"]):
+        keys = [key for key in TIMESTAMP_KEYS if key in cell.get("metadata", {})]
+        if keys:
+            found.append((index, keys))
+    return found
+
+
+def without_timestamps(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """``nb`` with the `TIMESTAMP_KEYS` removed from every cell's metadata."""
+    for cell in nb.cells:
+        for key in TIMESTAMP_KEYS:
+            cell.get("metadata", {}).pop(key, None)
+    return nb
 
 
 def without_local_paths(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:

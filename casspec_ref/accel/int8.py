@@ -297,7 +297,7 @@ def lacks_vnni(cpuinfo: str | None = None) -> bool:
 def _linear_dynamic() -> Any:
     """fbgemm's dynamic quantized linear as a resolved overload, called without the operator
     packet's per-call scan of its arguments (a measurable share of a small product,
-    docs/design.md)."""
+    docs/design.md, "fbgemm is called through its resolved overload")."""
     return torch.ops.quantized.linear_dynamic.default
 
 

@@ -22,7 +22,6 @@ def check_dytc_config(cfg: Any) -> None:
         ("prior_recycle_alpha", 0.0 <= cfg.prior_recycle_alpha <= 1.0, "in [0, 1]"),
         ("max_k", cfg.max_k >= 1, ">= 1"),
         ("max_tree_size", cfg.max_tree_size >= 1, ">= 1"),
-        ("max_depth", cfg.max_depth >= 1, ">= 1"),
         ("siblings", cfg.siblings >= 1, ">= 1"),
         ("confidence_weight", 0.0 <= cfg.confidence_weight <= 1.0, "in [0, 1]"),
         ("min_gain", cfg.min_gain >= 1.0, ">= 1"),

@@ -55,7 +55,7 @@ import torch.nn.functional as F
 MAX_ROWS = 16
 #: Larger row counts share an entry per class: the smallest class at or above them (the last for
 #: anything larger), timed at the class's own size: a tree of 17-32 nodes and a prompt's prefill
-#: run in a measured form too, not in the default (docs/design.md, `model.py`).
+#: run in a measured form too, not in the default (docs/design.md, "Row counts above 16").
 ROW_CLASSES = (32, 128, 512)
 #: The base products a form can use (padding is added on top of one).
 BASE_FORMS = ("linear", "wxt", "split", "packed")
@@ -342,9 +342,10 @@ def _split_one_row(
     x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
 ) -> torch.Tensor:
     """`run_form`'s ``split`` for one contiguous row, without its general bookkeeping (the naive
-    loop's every product, where that bookkeeping is a measurable share of a forward: docs/design.md,
-    `base/kernels.py`). The same batched call on operands of the same layout (the row seen as a
-    column of strides (1, in) for both blocks), so the same bits (tested)."""
+    loop's every product, where that bookkeeping is a measurable share of a forward:
+    docs/design.md, "The three most frequent products"). The same batched call on operands of the
+    same layout (the row seen as a column of strides (1, in) for both blocks), so the same bits
+    (tested)."""
     out_f, in_f = weight.shape
     column = x.as_strided((2, in_f, 1), (0, 1, in_f), x.storage_offset())  # (2, in, 1), a view
     out = torch.bmm(weight.view(2, out_f // 2, in_f), column).view(*x.shape[:-1], out_f)
@@ -362,7 +363,8 @@ def _packed_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     """`run_form`'s unpadded ``packed`` product without its general bookkeeping, for a weight
     packed before and unchanged since (otherwise `run_form`, which packs it and checks that the
     form can run): most products of a verify forward, where that bookkeeping is a measurable
-    share (docs/design.md, `base/kernels.py`). The same call on the same operands (tested)."""
+    share (docs/design.md, "The three most frequent products"). The same call on the same
+    operands (tested)."""
     hit = _PACKED.get(id(weight))
     if hit is None or hit[0] != tensor_stamp(weight) or not x.is_cpu or x.dtype != weight.dtype:
         return run_form(Form("packed"), x, weight, bias)

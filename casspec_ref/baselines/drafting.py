@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from casspec_ref.draft import NodeInfo, StepDrafter
-from casspec_ref.dytc import PLD
+from casspec_ref.dytc_config import PLD
 from casspec_ref.sampling import target_law
 
 

@@ -1,8 +1,8 @@
 """The paper's comparison schedules: chain speculative decoding with one DSIA draft, prompt
 lookup or recycled tokens alone, the vertical (VC) and horizontal (HC) cascades, VC+HC
 (CS-Drafting), a SWIFT-style confidence tree and a static tree; and ours, prompt lookup else a
-chain (the fixed rule DyTC must beat on a CPU). Their reconstructed choices and parameters:
-docs/design.md (`baselines/`)."""
+chain (the fixed rule DyTC must beat on a CPU). Their parameters: `ScheduleOptions`; the choices
+behind them: docs/design.md ("The loop, the baselines and the bench")."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import torch
 from casspec_ref.base.input_checks import check_option_type
 from casspec_ref.baselines.drafting import draft_chain, review
 from casspec_ref.draft import StepDrafter
-from casspec_ref.dytc import PLD, RECYCLE
+from casspec_ref.dytc_config import PLD, RECYCLE
 from casspec_ref.schedules import Schedule, ScheduleSpec
 
 

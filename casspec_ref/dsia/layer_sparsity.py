@@ -36,8 +36,10 @@ def skip_layers_plan(
 def alternate_skip_plan(
     config: ModelConfig, ratio: float, keep_first: int = 2, keep_last: int = 2
 ) -> ExecutionPlan:
-    """Skip ``round(ratio * n_layers)`` whole blocks spread evenly over the middle blocks (the
-    naive baseline); the first ``keep_first`` and last ``keep_last`` blocks always run."""
+    """Skip ``round(ratio * 2 * n_layers) // 2`` whole blocks, spread evenly over the middle
+    blocks (the naive baseline): the sub-layers ``ratio`` asks for (`skip_count`), halved and
+    rounded down, so ratio 0.25 of 30 layers skips 7 blocks (14 of 60 sub-layers). The first
+    ``keep_first`` and last ``keep_last`` blocks always run."""
     middle = list(range(keep_first, config.n_layers - keep_last))
     n_skip = skip_count(ratio, config.n_layers, 2 * len(middle)) // 2
     # Evenly spaced picks: index floor((j + 0.5) * len / n_skip) for j < n_skip.

@@ -32,7 +32,7 @@ built on the meta device), and the estimated memory (weights, a KV cache and rot
 the whole context) must fit a budget, by default the machine's physical memory. A hostile file
 therefore fails in milliseconds with a ``ValueError`` instead of exhausting memory.
 
-Cost: docs/design.md (threat model) gives the measured load times. :func:`build_model` builds
+Cost: docs/design.md ("Threat model") gives the measured parse times. :func:`build_model` builds
 the model on the meta device and assigns the loaded tensors, skipping a useless random
 initialisation.
 

@@ -142,7 +142,8 @@ def dytc_report(policy: Any) -> dict[str, Any]:
             }
             for key, est in policy.estimates().items()
         },
-        "explore_budget_s": policy.explore_budget,
+        # the refinement `exploration`'s budget; the paper's policy has none
+        "explore_budget_s": getattr(policy, "explore_budget", 0.0),
     }
 
 
@@ -325,7 +326,8 @@ def _make_runner(
 
     from casspec_ref.baselines import ScheduleOptions
     from casspec_ref.dsia.prompt_lookup import PromptLookupConfig
-    from casspec_ref.dytc import DyTCConfig, DyTCPolicy
+    from casspec_ref.dytc import DyTC
+    from casspec_ref.dytc_refinements import RefinedDyTC
     from casspec_ref.speculative import METHODS, default_drafts, generate_speculative
 
     base, k = parse_method(method, METHODS)
@@ -337,8 +339,8 @@ def _make_runner(
     if base in ("cas-spec", "cas-spec:paper"):
         # DyTC's online estimates (acceptance, costs) persist across questions, as they would
         # in a server: each call would otherwise spend its first steps re-learning the costs.
-        config = DyTCConfig.paper() if base == "cas-spec:paper" else DyTCConfig()
-        options["policy"] = DyTCPolicy([plan.name for plan in default_drafts(model)], config)
+        levels = [plan.name for plan in default_drafts(model)]
+        options["policy"] = DyTC(levels) if base == "cas-spec:paper" else RefinedDyTC(levels)
 
     def run_spec(prompt_ids: list[int], max_new: int) -> tuple[list[int], dict[str, Any]]:
         result = generate_speculative(

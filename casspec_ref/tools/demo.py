@@ -31,7 +31,7 @@ PROMPT = (
 
 def run_demo(max_new_tokens: int = 160) -> int:
     """Print the side-by-side comparison; returns the exit status."""
-    from casspec_ref.dytc import DyTCPolicy
+    from casspec_ref.dytc_refinements import RefinedDyTC
     from casspec_ref.generate import generate_ar
     from casspec_ref.io.weights import load_model
     from casspec_ref.speculative import StepTrace, default_drafts, generate_speculative
@@ -47,7 +47,7 @@ def run_demo(max_new_tokens: int = 160) -> int:
     print(f"SmolLM2-135M-Instruct loaded in {time.perf_counter() - start:.1f} s")
     prompt = tokenizer.apply_chat_template([{"role": "user", "content": PROMPT}])
     stops = tokenizer.stop_ids
-    policy = DyTCPolicy([plan.name for plan in default_drafts(model)])
+    policy = RefinedDyTC([plan.name for plan in default_drafts(model)])
     # Warm-up, untimed: both loops once on a short answer (the policy keeps what it measured).
     generate_ar(model, prompt, 24, stop_ids=stops)
     generate_speculative(model, prompt, 24, method="cas-spec", stop_ids=stops, policy=policy)

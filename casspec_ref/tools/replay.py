@@ -40,7 +40,9 @@ import torch
 
 from casspec_ref.dsia.prompt_lookup import PromptLookup, PromptLookupConfig
 from casspec_ref.dsia.recycle import TokenRecycler
-from casspec_ref.dytc import PLD, RECYCLE, DyTCConfig, DyTCPolicy, Outcome
+from casspec_ref.dytc import DyTC
+from casspec_ref.dytc_config import PLD, RECYCLE, DyTCConfig
+from casspec_ref.dytc_estimates import Outcome
 from casspec_ref.dytc_refinements import outcome
 from casspec_ref.schedules import Schedule
 from casspec_ref.tools.teacher_forced import TeacherForced
@@ -257,13 +259,10 @@ class ReplayDrafter:
         return grown + [(c, node, p) for c, p in first[1:]]
 
     # -- the verifier ----------------------------------------------------------------------------
-    def verify(
-        self, config: DyTCConfig | None = None
-    ) -> tuple[list[int], list[tuple[Outcome, bool]]]:
+    def verify(self, policy: DyTC | None = None) -> tuple[list[int], list[tuple[Outcome, bool]]]:
         """Greedy verification against the answer: (accepted nodes, root first excluded;
         ``(outcome, accepted)`` per chain-continuing node whose parent was accepted, the outcome
-        as DyTC with `config` learns it)."""
-        config = config if config is not None else DyTCConfig()
+        as `policy` learns it; without one, as the default `RefinedDyTC` does)."""
         answer, node = self.rec.answer, 0
         accepted: list[int] = []
         tested: list[tuple[Outcome, bool]] = []
@@ -274,7 +273,12 @@ class ReplayDrafter:
                 ok = i < len(answer) and self.tokens[child] == answer[i]
                 if self.primary[child]:
                     draft, parent_draft = self.source[child], self.source[node]
-                    key = outcome(config, draft, parent_draft, self.match(node), self.margin(child))
+                    margin = self.margin(child)
+                    key = (
+                        policy.outcome(draft, parent_draft, self.match(node), margin)
+                        if policy is not None
+                        else outcome(DyTCConfig(), draft, parent_draft, self.match(node), margin)
+                    )
                     tested.append((key, ok))
                 nxt = child if ok and nxt is None else nxt
             if nxt is None:
@@ -296,7 +300,7 @@ def replay(
     records: Sequence[Recorded],
     costs: Costs,
     schedule: Schedule | None = None,
-    policy: DyTCPolicy | None = None,
+    policy: DyTC | None = None,
     lookup: PromptLookupConfig | None = None,
 ) -> Replayed:
     """Decode every recorded answer again with `schedule` (one of the package's fixed
@@ -318,11 +322,11 @@ def replay(
                 for size in (1, *policy.config.calibration_sizes):
                     policy.verify_cost.observe(size, costs.verify_seconds(size))
             elif policy is not None:
-                policy.grow(d, [*rec.drafts, PLD, RECYCLE])
+                policy.grow(d, [*rec.drafts, *policy.free_drafts])
             elif schedule is not None and d.max_depth > 0:  # as `speculative.draft_tree`
                 schedule.build(d)  # type: ignore[arg-type]  # the primitives it calls are here
             thinking = time.perf_counter() - start if policy is not None else 0.0
-            accepted, tested = d.verify(policy.config if policy is not None else None)
+            accepted, tested = d.verify(policy)
             verify = costs.verify_seconds(d.size())
             if policy is not None:  # as decoding times a step's verify: forward, verifier, commit
                 policy.observe_step(tested, d.size(), verify + costs.step_overhead, d.charged)
