@@ -1,21 +1,25 @@
-"""The speculative decoding loop: draft a tree, verify it in one target forward, commit, observe.
+"""The speculative decoding loop, top to bottom: `generate_speculative` prefills, then repeats
+`speculative_step` until the answer is done. One step (docs/method.md §4-§5):
 
-One step (`speculative_step`, docs/method.md §4-§5): a schedule (`casspec_ref.schedules`) drafts
-a `DraftTree` whose root is the last committed token; ONE target forward over [root + every
-node], with the tree's mask and positions, gives the processed law p of every node;
-`verify.verify_tree` accepts a path and draws the next token; `KVCache.commit` keeps the root and
-the accepted path, so the cache equals a fresh prefill of the accepted prefix; then the schedule
-learns from the step and its observers (`StepStats`, ``on_step``) see it as a `StepTrace`. The
-step itself keeps no statistics (`StepStats` gathers them). Choices: docs/design.md ("The loop,
-the baselines and the bench").
+1. `draft_tree`: the method's schedule (`casspec_ref.schedules`; CAS-Spec's asks DyTC) grows a
+   `DraftTree` whose root is the last committed token;
+2. `verify`: ONE target forward over [root + every node], with the tree's mask and positions,
+   gives the processed law p of every node; `verify.verify_tree` accepts a path and draws the
+   next token;
+3. `commit`: the cache keeps the root and the accepted path, so it equals a fresh prefill of the
+   accepted prefix;
+4. `observe`: the schedule learns from the step, and the step's observers see it as a
+   `StepTrace` (`casspec_ref.step_stats`, which also gathers the run's statistics).
+
+What a generation carries from step to step (`Decoding`) and how it starts (`start_decoding`)
+come last. Choices: docs/design.md ("The loop, the baselines and the bench").
 """
 
 from __future__ import annotations
 
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -32,6 +36,7 @@ from casspec_ref.kv_cache import KVCache
 from casspec_ref.plan import ExecutionPlan
 from casspec_ref.sampling import RandomSource, TorchRandomSource, target_law
 from casspec_ref.schedules import SCHEDULES, Schedule, ScheduleSpec
+from casspec_ref.step_stats import StepStats, StepTrace
 from casspec_ref.tree import DraftTree
 from casspec_ref.verify import VerifyResult, verify_tree
 
@@ -40,118 +45,75 @@ from casspec_ref.verify import VerifyResult, verify_tree
 METHODS = ("ar", *[name for name in SCHEDULES if name != "cas-spec"], "cas-spec")
 
 
-@dataclass(frozen=True)
-class StepTrace:
-    """What the observers of a step see (`StepStats`, then ``on_step``, e.g. a --show-tree trace):
-    the tree, each node's draft name, the verifier's result, the tokens whose K/V the cache holds
-    after the commit (prompt + committed, root included), the live cache (read it only), and
-    what the step cost: its draft forwards and its seconds drafting (of which planning) and
-    verifying."""
+def generate_speculative(
+    model: Any,
+    prompt_ids: Sequence[int] | torch.Tensor,
+    max_new_tokens: int,
+    *,
+    method: str = "cas-spec",
+    temperature: float = 0.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    seed: int | None = None,
+    rng: RandomSource | None = None,
+    stop_ids: Iterable[int] = (),
+    on_token: Callable[[int], None] | None = None,
+    drafts: Hierarchy | Sequence[ExecutionPlan] | None = None,
+    on_step: Callable[[StepTrace], None] | None = None,
+    **options: Any,
+) -> GenerationResult:
+    """Generate with speculative decoding; the output law equals `generate_ar`'s.
 
-    step: int
-    tree: DraftTree
-    sources: list[str]
-    result: VerifyResult
-    prefix: list[int]
-    cache: KVCache
-    draft_forwards: int = 0
-    draft_s: float = 0.0
-    # Planning: drafting time not spent in draft forwards or lookups (policy, bookkeeping).
-    plan_s: float = 0.0
-    verify_s: float = 0.0  # the target forward, the verifier and the commit
-
-
-@dataclass
-class StepStats:
-    """The statistics of one speculative generation, gathered by observing its prefill and each
-    step; `summary` is the ``stats`` dict of its `GenerationResult`: every field below, plus
-    ``mat`` and ``time_other_s``."""
-
-    method: str = ""
-    levels: list[str] = field(default_factory=list)
-    accepted_lengths: list[int] = field(default_factory=list)  # drafted tokens accepted per step
-    steps: int = 0
-    target_forwards: int = 0  # the prefill's included
-    proposed: Counter[str] = field(default_factory=Counter)  # drafted nodes per draft name
-    accepted: Counter[str] = field(default_factory=Counter)  # accepted nodes per draft name
-    draft_forwards: int = 0
-    tree_sizes: list[int] = field(default_factory=list)  # nodes per step, the root included
-    branching_steps: int = 0  # steps whose tree has a node with two children or more
-    time_draft_s: float = 0.0
-    time_plan_s: float = 0.0
-    time_verify_s: float = 0.0  # the prefill's forward included
-
-    def observe_prefill(self, seconds: float) -> None:
-        self.target_forwards += 1
-        self.time_verify_s += seconds
-
-    def observe(self, trace: StepTrace) -> None:
-        tree = trace.tree
-        self.steps += 1
-        self.target_forwards += 1
-        self.draft_forwards += trace.draft_forwards
-        self.accepted_lengths.append(len(trace.result.accepted))
-        self.tree_sizes.append(len(tree))
-        self.branching_steps += int(any(len(tree.children(n)) > 1 for n in range(len(tree))))
-        self.proposed.update(trace.sources[1:])
-        self.accepted.update(trace.sources[node] for node in trace.result.accepted)
-        self.time_draft_s += trace.draft_s
-        self.time_plan_s += trace.plan_s
-        self.time_verify_s += trace.verify_s
-
-    def summary(self, new_tokens: int, seconds: float) -> dict[str, Any]:
-        """Every field, with `mat` (tokens per target forward) and the time outside drafting and
-        verifying, for a generation of `new_tokens` tokens that took `seconds` in all."""
-        stats = {f.name: getattr(self, f.name) for f in fields(self)}
-        stats["mat"] = new_tokens / max(1, self.target_forwards) if new_tokens else 0.0
-        stats["time_other_s"] = max(0.0, seconds - self.time_draft_s - self.time_verify_s)
-        return stats
-
-
-def default_drafts(model: Any) -> tuple[ExecutionPlan, ...]:
-    """The DSIA hierarchy used when `drafts` is None, cheapest level first: the preset a loader
-    attached for a known checkpoint (``model.preset_drafts``, `casspec_ref.io.presets`); else a
-    generic pair that fits any model: an exit before the last block and a skipped middle MLP."""
-    if preset := getattr(model, "preset_drafts", None):
-        return tuple(preset)
-    n = model.config.n_layers
-    early = ExecutionPlan(exit_after=max(1, n - 1), name=f"exit{max(1, n - 1)}")
-    skip = ExecutionPlan(skip_mlp=frozenset({n // 2}), name=f"skipmlp{n // 2}")
-    return (early, skip)
-
-
-@dataclass
-class Decoding:
-    """What one speculative generation carries from step to step: `prefill` starts it, each
-    `speculative_step` advances it by one draft-verify-commit-observe step."""
-
-    model: Any
-    prompt: list[int]
-    max_new_tokens: int
-    schedule: Schedule
-    levels: dict[str, ExecutionPlan]
-    sampling: DraftSampling
-    rng: RandomSource
-    stops: frozenset[int]
-    cache: KVCache
-    pld: PromptLookup
-    recycler: TokenRecycler | None
-    clock: Callable[[], float]
-    on_token: Callable[[int], None] | None = None
-    on_step: Callable[[StepTrace], None] | None = None
-    tokens: list[int] = field(default_factory=list)
-    done: bool = False
-    stopped: bool = False
-    stats: StepStats = field(default_factory=StepStats)
-
-    def emit(self, token: int) -> None:
-        """Append one generated token; mark the generation done on a stop token or the limit."""
-        self.tokens.append(token)
-        self.pld.append(token)
-        if self.on_token is not None:
-            self.on_token(token)
-        self.stopped = token in self.stops
-        self.done = self.stopped or len(self.tokens) >= self.max_new_tokens
+    Args (those `generate_ar` also takes mean the same there):
+        method: one of `METHODS`.
+        drafts: the DSIA hierarchy, cheapest level first (default: `default_drafts(model)`).
+        on_step: called with a `StepTrace` after every step.
+        options: `dytc=DyTCConfig(...)`, `schedule=ScheduleOptions(...)` (the baselines'),
+            `pld=PromptLookupConfig(...)`, `clock=` a seconds counter (tests inject a
+            deterministic one), `policy=` a `RefinedDyTC` carried across calls (updated in place).
+    Returns:
+        A `GenerationResult`; its ``stats`` are `StepStats.summary`'s: every `StepStats` field,
+        plus ``mat`` and ``time_other_s``.
+    """
+    checks.check_choice("method", method, METHODS)
+    checks.check_options(options, {"dytc", "schedule", "pld", "clock", "policy"})
+    prompt, stops = checks.check_generation_args(
+        model.config, prompt_ids, max_new_tokens, temperature, top_k, top_p, stop_ids, seed, rng
+    )
+    rng = rng if rng is not None else TorchRandomSource(seed=seed)
+    if method == "ar":  # the naive loop itself, with the step statistics of a speculative run
+        ar = generate_ar(
+            model,
+            prompt,
+            max_new_tokens,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            rng=rng,
+            stop_ids=stops,
+            on_token=on_token,
+        )
+        steps = max(0, len(ar.tokens) - 1)
+        ar.stats.update(accepted_lengths=[0] * steps, steps=steps)
+        return ar
+    sampling = DraftSampling(temperature, top_k, top_p)
+    state = start_decoding(
+        model, prompt, max_new_tokens, method, sampling, rng, stops, drafts, options
+    )
+    state.on_token, state.on_step = on_token, on_step
+    t_start = t_decode = state.clock()
+    with torch.no_grad():
+        if max_new_tokens > 0:
+            prefill(state)
+            t_decode = state.clock()  # the prompt's forward and the first token are behind
+            while not state.done:
+                speculative_step(state)
+    elapsed, n = state.clock() - t_start, len(state.tokens)
+    timing = {"prefill_s": t_decode - t_start, "decode_s": t_start + elapsed - t_decode}
+    timing.update(total_s=elapsed, tokens_per_s=n / elapsed if elapsed > 0 else 0.0)
+    return GenerationResult(
+        state.tokens, state.prompt, state.stopped, timing, state.stats.summary(n, elapsed)
+    )
 
 
 def prefill(state: Decoding) -> None:
@@ -258,6 +220,41 @@ def observe(
         state.on_step(trace)
 
 
+# ------------------------------------------------------------------ what a generation carries
+@dataclass
+class Decoding:
+    """What one speculative generation carries from step to step: `prefill` starts it, each
+    `speculative_step` advances it by one draft-verify-commit-observe step."""
+
+    model: Any
+    prompt: list[int]
+    max_new_tokens: int
+    schedule: Schedule
+    levels: dict[str, ExecutionPlan]
+    sampling: DraftSampling
+    rng: RandomSource
+    stops: frozenset[int]
+    cache: KVCache
+    pld: PromptLookup
+    recycler: TokenRecycler | None
+    clock: Callable[[], float]
+    on_token: Callable[[int], None] | None = None
+    on_step: Callable[[StepTrace], None] | None = None
+    tokens: list[int] = field(default_factory=list)
+    done: bool = False
+    stopped: bool = False
+    stats: StepStats = field(default_factory=StepStats)
+
+    def emit(self, token: int) -> None:
+        """Append one generated token; mark the generation done on a stop token or the limit."""
+        self.tokens.append(token)
+        self.pld.append(token)
+        if self.on_token is not None:
+            self.on_token(token)
+        self.stopped = token in self.stops
+        self.done = self.stopped or len(self.tokens) >= self.max_new_tokens
+
+
 def start_decoding(
     model: Any,
     prompt: list[int],
@@ -303,72 +300,13 @@ def start_decoding(
     )
 
 
-def generate_speculative(
-    model: Any,
-    prompt_ids: Sequence[int] | torch.Tensor,
-    max_new_tokens: int,
-    *,
-    method: str = "cas-spec",
-    temperature: float = 0.0,
-    top_k: int = 0,
-    top_p: float = 1.0,
-    seed: int | None = None,
-    rng: RandomSource | None = None,
-    stop_ids: Iterable[int] = (),
-    on_token: Callable[[int], None] | None = None,
-    drafts: Hierarchy | Sequence[ExecutionPlan] | None = None,
-    on_step: Callable[[StepTrace], None] | None = None,
-    **options: Any,
-) -> GenerationResult:
-    """Generate with speculative decoding; the output law equals `generate_ar`'s.
-
-    Args (those `generate_ar` also takes mean the same there):
-        method: one of `METHODS`.
-        drafts: the DSIA hierarchy, cheapest level first (default: `default_drafts(model)`).
-        on_step: called with a `StepTrace` after every step.
-        options: `dytc=DyTCConfig(...)`, `schedule=ScheduleOptions(...)` (the baselines'),
-            `pld=PromptLookupConfig(...)`, `clock=` a seconds counter (tests inject a
-            deterministic one), `policy=` a `RefinedDyTC` carried across calls (updated in place).
-    Returns:
-        A `GenerationResult`; its ``stats`` are `StepStats.summary`'s: every `StepStats` field,
-        plus ``mat`` and ``time_other_s``.
-    """
-    checks.check_choice("method", method, METHODS)
-    checks.check_options(options, {"dytc", "schedule", "pld", "clock", "policy"})
-    prompt, stops = checks.check_generation_args(
-        model.config, prompt_ids, max_new_tokens, temperature, top_k, top_p, stop_ids, seed, rng
-    )
-    rng = rng if rng is not None else TorchRandomSource(seed=seed)
-    if method == "ar":  # the naive loop itself, with the step statistics of a speculative run
-        ar = generate_ar(
-            model,
-            prompt,
-            max_new_tokens,
-            temperature=temperature,
-            top_k=top_k,
-            top_p=top_p,
-            rng=rng,
-            stop_ids=stops,
-            on_token=on_token,
-        )
-        steps = max(0, len(ar.tokens) - 1)
-        ar.stats.update(accepted_lengths=[0] * steps, steps=steps)
-        return ar
-    sampling = DraftSampling(temperature, top_k, top_p)
-    state = start_decoding(
-        model, prompt, max_new_tokens, method, sampling, rng, stops, drafts, options
-    )
-    state.on_token, state.on_step = on_token, on_step
-    t_start = t_decode = state.clock()
-    with torch.no_grad():
-        if max_new_tokens > 0:
-            prefill(state)
-            t_decode = state.clock()  # the prompt's forward and the first token are behind
-            while not state.done:
-                speculative_step(state)
-    elapsed, n = state.clock() - t_start, len(state.tokens)
-    timing = {"prefill_s": t_decode - t_start, "decode_s": t_start + elapsed - t_decode}
-    timing.update(total_s=elapsed, tokens_per_s=n / elapsed if elapsed > 0 else 0.0)
-    return GenerationResult(
-        state.tokens, state.prompt, state.stopped, timing, state.stats.summary(n, elapsed)
-    )
+def default_drafts(model: Any) -> tuple[ExecutionPlan, ...]:
+    """The DSIA hierarchy used when `drafts` is None, cheapest level first: the preset a loader
+    attached for a known checkpoint (``model.preset_drafts``, `casspec_ref.io.presets`); else a
+    generic pair that fits any model: an exit before the last block and a skipped middle MLP."""
+    if preset := getattr(model, "preset_drafts", None):
+        return tuple(preset)
+    n = model.config.n_layers
+    early = ExecutionPlan(exit_after=max(1, n - 1), name=f"exit{max(1, n - 1)}")
+    skip = ExecutionPlan(skip_mlp=frozenset({n // 2}), name=f"skipmlp{n // 2}")
+    return (early, skip)

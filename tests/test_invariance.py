@@ -100,13 +100,13 @@ def test_attention_agrees_and_says_no_to_an_attention_that_rounds_by_rows(
     (as a kernel chosen by shape would) fails, alone or behind the tree path."""
     assert invariance.attention_agrees(torch.float32, (1,))
     assert invariance.attention_agrees(torch.bfloat16, (1,))
-    real = invariance.attention
+    real = invariance.padded_attention
 
-    def by_rows(q, k, v, bias, shape_invariant=True):  # type: ignore[no-untyped-def]
-        out = real(q, k, v, bias, shape_invariant)
+    def by_rows(q, k, v, bias):  # type: ignore[no-untyped-def]
+        out = real(q, k, v, bias)
         return out * (1 + 2**-10) if q.shape[-2] * q.shape[:-2].numel() > 4 else out
 
-    monkeypatch.setattr(invariance, "attention", by_rows)
+    monkeypatch.setattr(invariance, "padded_attention", by_rows)
     assert not invariance.attention_agrees(torch.float32, (1,))
 
 

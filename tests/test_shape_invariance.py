@@ -234,17 +234,17 @@ def test_where_attention_rounds_by_shape_each_token_runs_alone(
     """An attention made to round by its number of rows (as a kernel chosen by shape would): the
     check fails, and the forward falls back to each token's attention alone, whose rows equal
     the one-row forwards, causal and tree; without the fall-back they differ."""
-    from casspec_ref import model as model_module
     from casspec_ref.accel import invariance
+    from casspec_ref.base import exact_attention
 
-    real = model_module.attention
+    real = exact_attention.padded_attention
 
-    def by_rows(q, k, v, bias, shape_invariant=True):  # type: ignore[no-untyped-def]
-        out = real(q, k, v, bias, shape_invariant)
+    def by_rows(q, k, v, bias):  # type: ignore[no-untyped-def]
+        out = real(q, k, v, bias)
         return out * (1 + 2**-6) if q.shape[-2] > 4 else out
 
-    monkeypatch.setattr(model_module, "attention", by_rows)
-    monkeypatch.setattr(invariance, "attention", by_rows)
+    monkeypatch.setattr(exact_attention, "padded_attention", by_rows)
+    monkeypatch.setattr(invariance, "padded_attention", by_rows)
     monkeypatch.setattr(kernel_table, "_ATTENTION", {})
     model = _model("llama", 1, dtype=dtype)
     try:

@@ -21,13 +21,8 @@ from casspec_ref.io.presets import attach_preset_drafts, smollm2_cascade
 from casspec_ref.kv_cache import KVCache
 from casspec_ref.model import Transformer
 from casspec_ref.plan import ExecutionPlan
-from casspec_ref.speculative import (
-    METHODS,
-    StepStats,
-    StepTrace,
-    default_drafts,
-    generate_speculative,
-)
+from casspec_ref.speculative import METHODS, default_drafts, generate_speculative
+from casspec_ref.step_stats import StepStats, StepTrace
 
 
 class _TickingClock:

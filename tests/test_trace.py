@@ -15,7 +15,8 @@ from casspec_ref.config import tiny_llama
 from casspec_ref.kv_cache import KVCache
 from casspec_ref.model import Transformer
 from casspec_ref.plan import ExecutionPlan
-from casspec_ref.speculative import StepTrace, generate_speculative
+from casspec_ref.speculative import generate_speculative
+from casspec_ref.step_stats import StepTrace
 from casspec_ref.tools.trace import TreePrinter, node_status
 from casspec_ref.tree import ChildRule, DraftTree
 from casspec_ref.verify import VerifyResult

@@ -6,7 +6,7 @@ them among the tree's other rows. Greedy decoding is lossless bit for bit only i
 same bits (docs/floating_point.md). No BLAS or oneDNN promises that, and which form has it
 depends on the CPU and the library build: the model's target forwards ask for one form per
 weight shape (`casspec_ref.base.kernels.exact_linear` with ``shape_invariant``) and for the
-padded eager attention (`casspec_ref.model.attention`), and this module checks them here.
+padded eager attention (`casspec_ref.base.exact_attention`), and this module checks them here.
 
 The target's products run tiled (`casspec_ref.base.kernels.tiled_linear`): every library call
 has one shape, ``(R, in) x (in, out)``, so the library's choice of kernel and order of additions
@@ -31,8 +31,12 @@ from functools import partial
 
 import torch
 
+from casspec_ref.base.exact_attention import (
+    gathered_attention,
+    padded_attention,
+    visible_keys_first,
+)
 from casspec_ref.base.kernels import TILE_ROWS, Form, base_forms, tiled_linear
-from casspec_ref.model import attention, gathered_attention, visible_keys_first
 
 #: The row counts checked: every count up to `FULL_ROWS`, from the naive loop's one row to a
 #: prompt's piece while the thread policy may switch counts (`threads.PROMPT_ROWS`). The LM
@@ -135,8 +139,9 @@ def ranked_tiles(
 def attention_agrees(dtype: torch.dtype, levels: Iterable[int]) -> bool:
     """Whether the model's shape-invariant attention gives each new token's output the same bits
     alone (its own keys in sequence order, no mask: the naive loop) as among a block of new
-    tokens: a causal block (`attention`) and a random token tree (`gathered_attention`), for the
-    sizes of `ATTENTION_TOKENS` x `ATTENTION_PAST` x `ATTENTION_GROUPS`, at every thread count."""
+    tokens: a causal block (`padded_attention`) and a random token tree
+    (`gathered_attention`), for the sizes of `ATTENTION_TOKENS` x `ATTENTION_PAST` x
+    `ATTENTION_GROUPS`, at every thread count."""
     gen = torch.Generator().manual_seed(0)
     levels = sorted(set(levels))
     cases = [
@@ -154,7 +159,7 @@ def attention_agrees(dtype: torch.dtype, levels: Iterable[int]) -> bool:
                 tokens = len(keys_of_token)
                 for i, keys in enumerate(keys_of_token):
                     rows = list(range(i, q.shape[-2], tokens))  # token i's query heads
-                    alone = attention(q[:, :, rows], k[:, :, keys], v[:, :, keys], None)
+                    alone = padded_attention(q[:, :, rows], k[:, :, keys], v[:, :, keys], None)
                     if not torch.equal(alone, whole[:, :, rows]):
                         return False
     return True
@@ -184,7 +189,7 @@ def _attention_case(
         tree_keys = visible_keys_first(mask, dtype)
         return q, k, v, lambda: gathered_attention(q, k, v, tree_keys), keys
     causal = torch.zeros(mask.shape, dtype=dtype).masked_fill(~mask, -torch.inf)
-    return q, k, v, lambda: attention(q, k, v, causal.repeat(group, 1)), keys
+    return q, k, v, lambda: padded_attention(q, k, v, causal.repeat(group, 1)), keys
 
 
 @dataclass

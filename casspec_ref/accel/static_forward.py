@@ -202,7 +202,7 @@ def _attention(
     if keys.dtype != q.dtype:  # a draft in another precision reads the target's cache
         keys, values = keys.to(q.dtype), values.to(q.dtype)
     q = q.reshape(1, c.n_kv_heads, -1, c.head_dim)  # (1, Hkv, G*W, Dh)
-    out = attention(q, keys, values, bias, exact)  # (1, Hkv, G*W, Dh)
+    out = attention(q, keys, values, bias, shape_invariant=exact)  # (1, Hkv, G*W, Dh)
     out = out.reshape(1, c.n_heads, width, c.head_dim).transpose(1, 2)  # (1, W, H, Dh)
     out = out.reshape(1, width, c.d_model)  # (1, W, D)
     return project(out, "o")

@@ -34,7 +34,8 @@ def run_demo(max_new_tokens: int = 160) -> int:
     from casspec_ref.dytc_refinements import RefinedDyTC
     from casspec_ref.generate import generate_ar
     from casspec_ref.io.weights import load_model
-    from casspec_ref.speculative import StepTrace, default_drafts, generate_speculative
+    from casspec_ref.speculative import default_drafts, generate_speculative
+    from casspec_ref.step_stats import StepTrace
     from casspec_ref.tools.naive import describe, fastest_equal, time_naive_loops
     from casspec_ref.tools.trace import TreePrinter
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from casspec_ref.dytc_config import PLD
-from casspec_ref.speculative import StepTrace
+from casspec_ref.step_stats import StepTrace
 from casspec_ref.tree import DraftTree
 from casspec_ref.verify import VerifyResult
 
