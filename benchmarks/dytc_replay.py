@@ -35,7 +35,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import statistics
+import sys
 import time
 from typing import Any
 
@@ -223,6 +225,44 @@ def do_replay(args: argparse.Namespace) -> None:
                 f"  {name:34s} median {statistics.median(speedups):.3f}, "
                 f"range {min(speedups):.3f}-{max(speedups):.3f}"
             )
+    if args.json:
+        speedups = {n: ar_seconds / sum(r.seconds.values()) for n, r in runs.items() if n != "ar"}
+        write_record(args, data, len(records), speedups, best_fixed, orders)
+        print(f"wrote {args.json}")
+
+
+def write_record(
+    args: argparse.Namespace,
+    data: dict[str, Any],
+    answers: int,
+    speedups: dict[str, float],
+    best_fixed: str,
+    orders: dict[str, list[float]],
+) -> None:
+    """The replay's figures as a results record (docs/bench/, `casspec_ref.tools.results`):
+    each method's overall speedup over the naive loop, DyTC's over the question orders."""
+    from casspec_ref.tools.bench import environment
+
+    command = shlex.join(["python", "benchmarks/dytc_replay.py", *sys.argv[1:]])
+    record = {
+        "benchmark": "dytc_replay",
+        "environment": environment("cpu", "float32", command),
+        "questions": data["questions"],
+        "record_command": "OMP_NUM_THREADS=2 python benchmarks/dytc_replay.py record "
+        f"--questions {data['questions']} --out {args.record}",
+        "answers": answers,
+        "costs_measured": data["costs"].get("measured", ""),
+        "overheads_s": {"draft": args.draft_overhead, "step": args.step_overhead},
+        "speedup": speedups,
+        "best_fixed": best_fixed,
+        "orders": {
+            name: {"median": statistics.median(v), "min": min(v), "max": max(v), "n": len(v)}
+            for name, v in orders.items()
+        },
+    }
+    with open(args.json, "w") as f:
+        json.dump(record, f, indent=1, sort_keys=True)
+        f.write("\n")
 
 
 def main() -> None:
@@ -247,6 +287,7 @@ def main() -> None:
     )
     rep.add_argument("--draft-overhead", type=float, default=1e-3, help="seconds per draft call")
     rep.add_argument("--step-overhead", type=float, default=3e-3, help="seconds per step")
+    rep.add_argument("--json", default=None, help="also write the figures to this record")
     rep.add_argument(
         "--orders",
         type=int,

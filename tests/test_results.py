@@ -350,3 +350,28 @@ def test_the_exact_cost_record_is_shown_per_level_and_dtype() -> None:
     assert "packed@4, row by row, wxt@2 |" in text and "linear@8" not in text
     assert "- not run: avx512: no avx512f" in text
     assert lines[0] == "## CPU, what exactness costs at each dispatch level"
+
+
+def test_the_dytc_replay_record_is_shown_per_variant() -> None:
+    """Each DyTC variant a row with its recorded-order speedup and its spread over the orders;
+    the best fixed schedule last; a fixed schedule is not listed as a variant."""
+    record = {
+        "benchmark": "dytc_replay",
+        "questions": "prompts_heldout",
+        "answers": 18,
+        "costs_measured": "2026-12-05",
+        "overheads_s": {"draft": 0.001, "step": 0.003},
+        "speedup": {"pld:3": 1.1, "cas-spec": 1.2345, "cas-spec@margin_bins=0": 1.1111},
+        "best_fixed": "pld:3",
+        "orders": {
+            "cas-spec": {"median": 1.25, "min": 1.2, "max": 1.3, "n": 4},
+            "cas-spec@margin_bins=0": {"median": 1.1, "min": 1.05, "max": 1.15, "n": 4},
+        },
+    }
+    lines = results.section("cpu_dytc_replay", record)
+    text = "\n".join(lines)
+    assert lines[0] == "## CPU, DyTC's refinements replayed on recorded acceptances"
+    assert "| `cas-spec` | 1.234 | 1.250 | 1.200-1.300 (4) |  |" in text
+    assert "| `cas-spec@margin_bins=0` | 1.111 | 1.100 | 1.050-1.150 (4) | +13.6% |" in text
+    assert text.index("`cas-spec@margin_bins=0`") < text.index("`pld:3` (best fixed)")
+    assert "| `pld:3` |" not in text and "18 answers (prompts_heldout;" in text

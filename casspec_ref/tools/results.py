@@ -15,6 +15,8 @@ Records, by the shape of their content rather than a fixed list of names:
 - ``cpu_verify_curve.json`` (``benchmarks/verify_curve.py --json``): the verify cost curve;
 - ``dsia_table.json`` (``benchmarks/dsia_table.py``): alpha and c of every DSIA draft;
 - ``gpu_forward*.json`` (``benchmarks/cuda_forward.py --json``): where a GPU forward's time goes;
+- ``cpu_dytc_replay.json`` (``benchmarks/dytc_replay.py replay --json``: ``"benchmark":
+  "dytc_replay"``): DyTC's presets and each refinement alone, on recorded acceptances;
 - ``busy_machine.json`` (``benchmarks/busy_machine.py``: ``"benchmark": "busy_machine"``): speed
   per condition and thread setting, speedups, the policy's quiet cost and switches;
 - any other JSON record: its environment and every scalar it holds, so that a new record appears
@@ -46,6 +48,7 @@ ORDER = (
     "cpu_verify_curve",
     "dsia_table",
     "busy_machine",
+    "cpu_dytc_replay",
     "gpu_bundled_greedy",
     "gpu_bundled_bf16",
     "gpu_forward",
@@ -60,6 +63,7 @@ TITLES = {
     "cpu_verify_curve": "CPU, the verify cost curve",
     "dsia_table": "DSIA drafts: alpha and c",
     "busy_machine": "A busy machine",
+    "cpu_dytc_replay": "CPU, DyTC's refinements replayed on recorded acceptances",
     "gpu_bundled_greedy": "GPU, bundled prompt set, greedy, float32",
     "gpu_bundled_bf16": "GPU, bundled prompt set, greedy, bfloat16",
     "gpu_forward": "GPU, where a forward's time goes",
@@ -537,6 +541,63 @@ def exact_cost_section(record: dict[str, Any]) -> list[str]:
     return lines
 
 
+def dytc_replay_section(record: dict[str, Any]) -> list[str]:
+    """DyTC's two presets and each refinement alone, replayed on recorded acceptances and
+    costs (no timing noise): overall speedup over the naive loop, in the recorded question order
+    and over the orders replayed; then the best fixed schedule's."""
+    speedup, orders = record["speedup"], record.get("orders", {})
+    lines = [
+        f"{record['answers']} answers ({record['questions']}; recorded by "
+        f"`{record.get('record_command', '')}`), costs measured "
+        f"{record['costs_measured']}; overheads: {num(record['overheads_s']['draft'] * 1e3)} ms "
+        f"per draft call, {num(record['overheads_s']['step'] * 1e3)} ms per step. A variant "
+        "`cas-spec@SWITCH=0` is the default without one refinement, `cas-spec:paper@SWITCH=1` "
+        "the paper's policy with it alone (docs/method.md §4.2).",
+        "",
+    ]
+    rows = []
+    median = {n: o["median"] for n, o in orders.items()}
+    for name in _dytc_variants(speedup):
+        o = orders.get(name, {})
+        spread = f"{num(o['min'])}-{num(o['max'])} ({o['n']})" if o else ""
+        rows.append([f"`{name}`", num(speedup[name]), num(median.get(name)), spread])
+        rows[-1].append(_refinement_effect(name, median))
+    best = record["best_fixed"]
+    rows.append([f"`{best}` (best fixed)", num(speedup[best]), "", "", ""])
+    header = ["variant", "speedup, recorded order", "median over orders", "range (orders)"]
+    return [*lines, *table([*header, "the refinement's effect"], rows)]
+
+
+def _refinement_effect(name: str, median: dict[str, float]) -> str:
+    """What one switch is worth, from the medians over question orders: the default over the
+    default without it (``cas-spec@X=0``), the paper with it alone over the paper
+    (``cas-spec:paper@X=1``); positive: the refinement pays."""
+    base, _, change = name.partition("@")
+    if not change or base not in median or name not in median:
+        return ""
+    with_it, without = (
+        (median[base], median[name]) if base == "cas-spec" else (median[name], median[base])
+    )
+    return f"{100 * (with_it / without - 1):+.1f}%"
+
+
+def _dytc_variants(speedup: dict[str, float]) -> list[str]:
+    """The DyTC variants of a replay record: both presets, then per switch (the window, then
+    `REFINEMENTS` in order) the default without it and the paper's policy with it alone."""
+    from casspec_ref.dytc_config import REFINEMENTS
+
+    names = [n for n in speedup if n.startswith("cas-spec")]
+    switches = ["window", *REFINEMENTS]
+
+    def rank(name: str) -> tuple[int, int, str]:
+        base, _, change = name.partition("@")
+        switch = change.partition("=")[0]
+        group = switches.index(switch) + 1 if switch in switches else len(switches) + 1
+        return (group if change else 0, base != "cas-spec", name)
+
+    return sorted(names, key=rank)
+
+
 def generic_section(record: dict[str, Any]) -> list[str]:
     """A record of no known shape: every scalar it holds, by its path in the JSON."""
     flat = [(path, value) for path, value in _scalars(record) if not path.startswith("environment")]
@@ -571,6 +632,8 @@ def section(name: str, record: dict[str, Any]) -> list[str]:
         body = busy_machine_section(record)
     elif record.get("benchmark") == "exact_cost" and "rows" in record:
         body = exact_cost_section(record)
+    elif record.get("benchmark") == "dytc_replay" and "speedup" in record:
+        body = dytc_replay_section(record)
     else:
         body = generic_section(record)
     title = TITLES.get(name, name.replace("_", " "))
