@@ -7,6 +7,8 @@
   most accurate level), and any draft name written in backticks.
 - Every exercise keeps a gallery of at least two plausible wrong answers (run by
   tutorials/test_notebooks.py, where each must fail its check).
+- No check's failure message gives the expected value away (`_check_leaks` states the rule and
+  what it cannot see).
 - Claims checked against the code: which notebooks need SmolLM2 and which install casspec_ref,
   every `casspec_ref.x.y` name the prose cites, lecture 0's file importing only the standard
   library, and its statements (E[tokens per step], greedy as T -> 0, the bonus bug needing
@@ -19,6 +21,7 @@
 from __future__ import annotations
 
 import ast
+import builtins
 import importlib.util
 import json
 import re
@@ -265,9 +268,11 @@ def test_nb03_quotes_the_number_of_draws_its_code_takes():
     nb03 = NOTEBOOKS[3]
     draws = int(re.search(r"^draws = ([\d_]+)$", _code(nb03), re.MULTILINE).group(1))
     prose = _markdown(nb03)
-    assert f"about 1/sqrt({draws})" in prose
+    assert f"about 1/sqrt({draws}) ({1 / draws**0.5:.4f}, printed above)" in prose
     assert f"({draws:,} draws, 5 standard errors)".replace(",", " ", 1) in prose
+    assert f"allows a deviation of {5 * (0.25 / draws) ** 0.5:.4f}" in prose
     assert "< 5 * " in _code(nb03)
+    assert 'print(f"1/sqrt(draws) = {1 / np.sqrt(draws):.4f}' in _code(nb03)
 
 
 def test_lecture_zero_file_imports_only_the_standard_library():
@@ -289,6 +294,383 @@ def test_nb01_says_where_the_transformer_is_and_counts_its_lines_at_run_time():
     assert "len(inspect.getsource(casspec_ref.model).splitlines())" in _code(nb01)
 
 
+# --- Checks that give the answer away -------------------------------------------------------------
+
+_BUILTIN_NAMES = set(dir(builtins))
+#: Calls that compare their first two arguments for equality (to a tolerance or exactly).
+_EQUALITY_CALLS = {"equal", "array_equal", "isclose", "allclose", "assert_allclose"}
+
+
+def _names(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def _bound_by(source: str) -> set[str]:
+    """The names a cell binds at its top level (an exercise stub's interface)."""
+    names: set[str] = set()
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {n for t in targets for n in _names(t)}
+    return names
+
+
+def _imported_by(sources: list[str]) -> set[str]:
+    names: set[str] = set()
+    for source in sources:
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                names |= {a.asname or a.name.split(".")[0] for a in node.names}
+    return names
+
+
+def _reads(node: ast.AST, answers: set[str], through_calls: bool = True) -> bool:
+    """Whether an expression reads one of ``answers``. With ``through_calls`` False, the
+    arguments of a call to a function that is neither the student's nor a builtin do not count:
+    the check's own measurement of a student's input is a reference value, not the answer."""
+    if isinstance(node, ast.Name):
+        return node.id in answers
+    if isinstance(node, ast.Call) and not through_calls:
+        func = node.func
+        if isinstance(func, ast.Name) and (func.id in answers or func.id not in _BUILTIN_NAMES):
+            return func.id in answers
+        if not isinstance(func, ast.Name):
+            return _reads(func, answers, through_calls)
+    return any(_reads(c, answers, through_calls) for c in ast.iter_child_nodes(node))
+
+
+def _bindings(tree: ast.AST):
+    """(target, value) of every binding in a cell: assignments (tuples paired element by
+    element), for loops and comprehensions, walrus and with ... as."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if (
+                    isinstance(target, ast.Tuple)
+                    and isinstance(node.value, ast.Tuple)
+                    and len(target.elts) == len(node.value.elts)
+                ):
+                    yield from zip(target.elts, node.value.elts, strict=True)
+                else:
+                    yield target, node.value
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign) and node.value is not None:
+            yield node.target, node.value
+        elif isinstance(node, ast.For | ast.comprehension):
+            yield node.target, node.iter
+        elif isinstance(node, ast.NamedExpr):
+            yield node.target, node.value
+        elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+            yield node.optional_vars, node.context_expr
+
+
+def _difference(node: ast.AST) -> list[ast.AST] | None:
+    """[X, Y] when ``node`` is abs(X - Y), np.abs(X - Y) or (X - Y).abs(), possibly followed by
+    .max() or an index: the left side of a comparison to a tolerance."""
+    while isinstance(node, ast.Call | ast.Attribute | ast.Subscript):
+        if isinstance(node, ast.Call):
+            name = (
+                node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
+            )
+            arg = node.args[0] if node.args else None
+            if name == "abs" and isinstance(arg, ast.BinOp) and isinstance(arg.op, ast.Sub):
+                return [arg.left, arg.right]
+            node = node.func
+        elif isinstance(node, ast.Attribute):
+            value = node.value
+            if (
+                node.attr == "abs"
+                and isinstance(value, ast.BinOp)
+                and isinstance(value.op, ast.Sub)
+            ):
+                return [value.left, value.right]
+            node = value
+        else:
+            node = node.value
+    return None
+
+
+def _equalities(test: ast.AST) -> list[tuple[ast.AST, list[ast.AST]]]:
+    """[(comparison, its operands)] for each equality an assert's test states: ==, !=,
+    torch.equal / np.isclose / allclose, and |X - Y| < tolerance."""
+    found: list[tuple[ast.AST, list[ast.AST]]] = []
+    for node in ast.walk(test):
+        if isinstance(node, ast.Compare):
+            if any(isinstance(op, ast.Eq | ast.NotEq) for op in node.ops):
+                found.append((node, [node.left, *node.comparators]))
+            elif all(isinstance(op, ast.Lt | ast.LtE) for op in node.ops):
+                sides = _difference(node.left)
+                if sides:
+                    found.append((node, sides))
+        elif isinstance(node, ast.Call):
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+            if name in _EQUALITY_CALLS and len(node.args) >= 2:
+                found.append((node, list(node.args[:2])))
+    return found
+
+
+def _literal_numbers(node: ast.AST) -> list[str] | None:
+    """How the numbers of a constant expression are written (None: not a constant expression).
+    Fractions written F(a, b) or Fraction(a, b) read as "a/b"."""
+    if isinstance(node, ast.Constant):
+        value = node.value
+        if isinstance(value, bool):
+            return []
+        if isinstance(value, int | float):
+            return [str(value)] + ([f"{value:g}"] if isinstance(value, float) else [])
+        return None
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+        return _literal_numbers(node.operand)
+    if isinstance(node, ast.BinOp):
+        left, right = _literal_numbers(node.left), _literal_numbers(node.right)
+        return None if left is None or right is None else left + right
+    if isinstance(node, ast.List | ast.Tuple | ast.Set):
+        parts = [_literal_numbers(e) for e in node.elts]
+        return None if any(p is None for p in parts) else [n for p in parts for n in p or []]
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in {"F", "Fraction"}
+        and not node.keywords
+        and all(isinstance(a, ast.Constant) and type(a.value) is int for a in node.args)
+    ):
+        values = [str(a.value) for a in node.args if isinstance(a, ast.Constant)]
+        return ["/".join(values)] if len(values) == 2 else values
+    return None
+
+
+def _writes_number(text: str, number: str) -> bool:
+    """Whether ``text`` writes ``number`` as a number of its own (0 and 1 never count: they are
+    in every message, as indices and counts)."""
+    if number in {"0", "1", "0.0", "1.0"}:
+        return False
+    return re.search(rf"(?<![\w./]){re.escape(number)}(?![\w]|\.\d|/\d)", text) is not None
+
+
+def _is_text(node: ast.AST) -> bool:
+    """Whether an expression builds a message: an f-string, a string, their concatenation, or
+    a string's .format(...)."""
+    if isinstance(node, ast.JoinedStr) or (
+        isinstance(node, ast.Constant) and isinstance(node.value, str)
+    ):
+        return True
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return _is_text(node.left) or _is_text(node.right)
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "format"
+        and _is_text(node.func.value)
+    )
+
+
+def _check_leaks(
+    stub: str, check: str, stored_error: str = "", imported: set[str] | frozenset = frozenset()
+) -> list[str]:
+    """Where a check cell's failure messages give the expected value away (empty: nowhere).
+
+    The rule, on the source of the check cell (``check``) and of its exercise's stub (``stub``):
+
+    - The *answer names* are the names the stub binds, and every name the check cell binds from
+      an expression that reads an answer name (transitively; a value passed to a function that is
+      neither the student's nor a builtin does not make its result an answer: that is the check's
+      own measurement). *Input names* are the names in the arguments of a call to the student's
+      function: the case being tested, which a message may name.
+    - In each equality an ``assert`` states (``==``, ``!=``, ``torch.equal``, ``np.isclose``,
+      ``allclose``, or ``abs(X - Y) < tolerance``) the operands that read an answer name are the
+      student's side; the others are the expected side. The assert's message (its own text, and
+      the value of a message variable it reads) must not read a name of the expected side other
+      than an input, a builtin or an imported name, nor contain the expected side's whole
+      expression.
+    - An expected side that is a constant (a number, a list of numbers, ``F(a, b)``): its
+      numbers other than 0 and 1 must not be written in that assert's message text, nor in the
+      check cell's stored failure message (the one a student sees on the unfilled stub).
+
+    What it does not see: a comparison with no operand reading an answer name (a value the
+    student's code mutates in place, such as a list of calls it appended to) is skipped; an
+    expected value the message recomputes from inputs by another expression (``a - c`` printed
+    beside ``gain(a, c)``) or spells out in words, a check that fails through ``raise
+    AssertionError`` instead of ``assert``, a reference value derived from the student's
+    answer through a builtin (``right = max(mine)``), and an expected 0 or 1 written as a
+    literal are not seen. A number the exercise's statement gives (a length, a position) counts
+    as an expected value when a check compares with it as a literal: the message names it in
+    words instead. It is a rule on how checks are
+    written, held by `test_the_expected_value_rule_catches_what_it_states`.
+    """
+    answers = _bound_by(stub)
+    tree = ast.parse(check)
+    bindings = list(_bindings(tree))
+    while True:
+        more = {
+            name
+            for target, value in bindings
+            if _reads(value, answers, through_calls=False)
+            for name in _names(target)
+        } - answers
+        if not more:
+            break
+        answers |= more
+    inputs = set()
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in answers
+        ):
+            for arg in [*node.args, *(k.value for k in node.keywords)]:
+                inputs |= _names(arg)
+    inputs -= answers
+    variables = {t.id: v for t, v in bindings if isinstance(t, ast.Name) and _is_text(v)}
+    findings, constants = [], set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Assert):
+            continue
+        messages = [node.msg] if node.msg is not None else []
+        for message in messages:  # a message kept in a variable: read the text it holds too
+            for name in _names(message):
+                if name in variables and variables[name] not in messages:
+                    messages.append(variables[name])
+        text = " ".join(
+            n.value
+            for m in messages
+            for n in ast.walk(m)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str)
+        )
+        shown = {
+            n.id
+            for m in messages
+            for n in ast.walk(m)
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+        }
+        shapes = {ast.dump(n) for m in messages for n in ast.walk(m)}
+        test = ast.unparse(node.test)
+        for comparison, operands in _equalities(node.test):
+            where = f"`assert {test}`, the expected side of `{ast.unparse(comparison)}`"
+            numbers = [_literal_numbers(o) for o in operands]
+            if any(n is None for n in numbers):
+                for written in (n for n in numbers if n):
+                    constants.update(written)
+                    findings += [
+                        f"its message writes {number}: {where}"
+                        for number in written
+                        if _writes_number(text, number)
+                    ]
+            student = [_reads(o, answers) for o in operands]
+            if not any(student) or all(student):
+                continue
+            for operand in (o for o, mine in zip(operands, student, strict=True) if not mine):
+                local = {
+                    n.id
+                    for n in ast.walk(operand)
+                    if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+                }
+                local |= {
+                    a.arg
+                    for n in ast.walk(operand)
+                    if isinstance(n, ast.Lambda)
+                    for a in n.args.args
+                }
+                expected = _names(operand) - answers - inputs - _BUILTIN_NAMES - imported - local
+                if shown & expected:
+                    findings.append(
+                        f"its message shows {', '.join(sorted(shown & expected))}: {where}"
+                    )
+                elif (
+                    not isinstance(operand, ast.Name | ast.Constant) and ast.dump(operand) in shapes
+                ):
+                    findings.append(f"its message computes {ast.unparse(operand)}: {where}")
+    findings += [
+        f"the stored failure message writes {number}, the expected side of an equality: "
+        f"{stored_error!r}"
+        for number in sorted(constants)
+        if _writes_number(stored_error, number)
+    ]
+    return sorted(set(findings))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem[:2])
+def test_no_check_message_shows_the_expected_value(path):
+    """A failing check says what is wrong in terms of the concept, never the value it expected:
+    `_check_leaks`'s rule, on every check cell and on the failure message stored under it."""
+    nb = json.loads(path.read_text())
+    sources = ["".join(c["source"]) for c in nb["cells"]]
+    imported = _imported_by(
+        [s for s, c in zip(sources, nb["cells"], strict=True) if c["cell_type"] == "code"]
+    )
+    leaks = []
+    for name, (stub, check) in exercises.exercises(exercises.nbformat.from_dict(nb)).items():
+        stored = " ".join(
+            o.get("evalue", "")
+            for o in nb["cells"][check]["outputs"]
+            if o["output_type"] == "error"
+        )
+        leaks += [
+            f"{name} (cell {check}): {leak}"
+            for leak in _check_leaks(sources[stub], sources[check], stored, imported)
+        ]
+    assert not leaks, f"{path.name}:\n" + "\n".join(leaks)
+
+
+def test_the_expected_value_rule_catches_what_it_states():
+    stub = "def double(x):\n    ...\n"
+    # The expected value printed by name, computed in the check, or rebuilt in the message.
+    named = (
+        "for a in (1, 2):\n"
+        "    right = a + a\n"
+        "    assert double(a) == right, f'a = {a}: expected {right}'\n"
+    )
+    assert _check_leaks(stub, named) == [
+        "its message shows right: `assert double(a) == right`, the expected side of "
+        "`double(a) == right`"
+    ]
+    derived = (
+        "mine = double(3)\n"
+        "want = 3 * 2\n"
+        "assert abs(mine - want) < 1e-9, f'saw {mine}, not {want:.3f}'\n"
+    )
+    assert "shows want" in _check_leaks(stub, derived)[0]
+    rebuilt = "for a in (1, 2):\n    assert double(a) == a + a, f'a = {a}: expected {a + a}'\n"
+    assert "computes a + a" in _check_leaks(stub, rebuilt)[0]
+    kept = "right = 6\nmessage = f'expected {right}'\nassert double(3) == right, message\n"
+    assert "shows right" in _check_leaks(stub, kept)[0]
+    # A literal expected value, in the message and in the stored failure message.
+    literal = "assert double(3) == 6, 'expected 6'\n"
+    assert [f[:22] for f in _check_leaks(stub, literal, "expected 6")] == [
+        "its message writes 6: ",
+        "the stored failure mes",
+    ]
+    third = "assert double(F(1, 6)) == F(1, 3), 'not a third'\n"
+    assert _check_leaks(stub, third, "1/3 expected") and not _check_leaks(stub, third, "1/30")
+    # A leaking check: it prints P(reject), the expected value, even on the unfilled stub.
+    reject_stub = "def rejection_probability(p, q):\n    ...\n"
+    reject_check = (
+        "mass = sum(max(a - b, 0) for a, b in zip(p_ex, q_ex))\n"
+        "mine = rejection_probability(p_ex, q_ex)\n"
+        "assert mine == mass, f'p = {p_ex}, q = {q_ex}: expected P(reject) = {mass}; saw {mine}'\n"
+    )
+    assert "shows mass" in _check_leaks(reject_stub, reject_check)[0]
+    # A check that says what is wrong, naming its inputs and the student's value, passes.
+    honest = (
+        "for a in (1, 2):\n"
+        "    right = a + a\n"
+        "    mine = double(a)\n"
+        "    assert mine == right, f'double({a}) gave {mine}: add x to itself'\n"
+    )
+    assert _check_leaks(stub, honest, "double(1) gave None: add x to itself") == []
+    # The check's own measurement of a student's input is a reference value, not the answer.
+    measured = (
+        "changed = None\n",
+        "seen = model(changed)\nassert torch.equal(changed_diff(changed), seen), f'{seen}'\n",
+    )
+    assert "shows seen" in _check_leaks(*measured, imported={"torch"})[0]
+
+
 #: Phrases that would contradict the code (checked in the tutorials' prose and in
 #: tutorials/README.md).
 CONTRADICTING_IN_TUTORIALS = [
@@ -305,6 +687,13 @@ CONTRADICTING_IN_TUTORIALS = [
     # A consequence of T leaving out the verify cost, not a lesson (docs/method.md states it as
     # that consequence, rightly).
     "T prefers k = 1",
+    # Without a cache, step t costs O(t D^2 + t^2 D) in a layer of width D (projections, MLP and
+    # attention over t tokens), not O(t).
+    "O(t) work per token",
+    # How long SmolLM2 takes to load is printed by the cell that loads it.
+    "It takes a few seconds",
+    # 1/sqrt(20000) is 0.0071; nb03 prints it.
+    "i.e. 0.01",
 ]
 
 #: Phrases that would contradict the code (checked in the notebooks and in docs/).

@@ -18,7 +18,7 @@ exercise, each in a section of its own::
 `run_notebook` executes a notebook with every stub replaced by its solution (so each exercise is
 proven solvable and every cell passes), then, in the same kernel, for each exercise: runs the
 stub and its check, which must fail; runs each wrong answer and the check, which must fail with
-an ``AssertionError`` whose message says what was expected and what was seen; and finally the
+an ``AssertionError`` whose message says what is wrong (never the expected value); and finally the
 solution and the check again, which must pass. A check that cannot fail, a check that accepts a
 wrong answer, or a solution that does not solve, fails CI.
 

@@ -40,11 +40,36 @@ def my_parameter_count(config):
     head = 0 if config.tie_embeddings else config.vocab_size * d
     return config.vocab_size * d + config.n_layers * block + head
 
+# %% wrong: parameters: the tiny model's count copied from the page
+def my_parameter_count(config):
+    return 27_168
+
+# %% wrong: parameters: the head counted even when it is tied to the embedding
+def my_parameter_count(config):
+    d, kv = config.d_model, config.n_kv_heads * config.head_dim
+    block = 2 * d * d + 2 * d * kv + 3 * d * config.d_ff + 2 * d
+    return 2 * config.vocab_size * d + config.n_layers * block + d
+
+# %% wrong: parameters: the final norm forgotten
+def my_parameter_count(config):
+    d, kv = config.d_model, config.n_kv_heads * config.head_dim
+    block = 2 * d * d + 2 * d * kv + 3 * d * config.d_ff + 2 * d
+    head = 0 if config.tie_embeddings else config.vocab_size * d
+    return config.vocab_size * d + config.n_layers * block + head
+
+# %% wrong: parameters: a two-matrix MLP (GPT-2's), the SwiGLU gate forgotten
+def my_parameter_count(config):
+    d, kv = config.d_model, config.n_kv_heads * config.head_dim
+    block = 2 * d * d + 2 * d * kv + 2 * d * config.d_ff + 2 * d
+    head = 0 if config.tie_embeddings else config.vocab_size * d
+    return config.vocab_size * d + config.n_layers * block + d + head
+
 # %% exercise: causality
+# The causality cell's pattern, with position 2 changed: `logits` is still the tiny model's
+# logits for `tokens` (cell "A tiny model").
 changed = tokens.clone()
-changed[0, 2] = (int(tokens[0, 2]) + 1) % config.vocab_size
-with torch.no_grad():
-    difference = (tiny.forward(changed) - tiny.forward(tokens)).abs().amax(dim=-1)[0]  # (T,)
+changed[0, 2] = 40
+difference = (tiny.forward(changed) - logits).abs().amax(dim=-1)[0]  # (T,)
 
 # %% wrong: causality: the answer written by hand, not measured
 changed = tokens.clone()
@@ -67,3 +92,18 @@ with torch.no_grad():
 changed = tokens.clone()
 changed[0, 2] = (int(tokens[0, 2]) + 1) % config.vocab_size
 difference = [2, 3, 4, 5]
+
+# %% wrong: causality: the causality cell copied unchanged (the last token changed, not position 2)
+changed = tokens.clone()
+changed[0, -1] = 40
+difference = (tiny.forward(changed) - logits).abs().amax(dim=-1)[0]
+
+# %% wrong: causality: the sum over the vocabulary, not the max
+changed = tokens.clone()
+changed[0, 2] = 40
+difference = (tiny.forward(changed) - logits).abs().sum(dim=-1)[0]
+
+# %% wrong: causality: position 2 changed, but the causality cell's measurement `diff` reused
+changed = tokens.clone()
+changed[0, 2] = 40
+difference = diff

@@ -56,6 +56,34 @@ def my_greedy(model, prompt_ids, n):
             feed = torch.tensor([[out[-1]]])
     return out
 
+# %% wrong: greedy: the library's generate_ar called instead of the loop
+def my_greedy(model, prompt_ids, n):
+    return generate_ar(model, prompt_ids, n).tokens
+
+# %% wrong: greedy: the timing cell's loop transcribed with the notebook's N instead of n
+def my_greedy(model, prompt_ids, n):
+    cache = KVCache(model.config, max_len=len(prompt_ids) + N, dtype=torch.float64)
+    out = []
+    with torch.no_grad():
+        feed = torch.tensor([prompt_ids])
+        for _ in range(N):
+            logits = model.forward(feed, cache=cache, last_only=True)  # (1, 1, V)
+            feed = logits[0, -1].argmax().reshape(1, 1)  # (1, 1)
+            out.append(int(feed))
+    return out
+
+# %% wrong: greedy: the prefill's token dropped (each token read after feeding the previous one)
+def my_greedy(model, prompt_ids, n):
+    cache = KVCache(model.config, max_len=len(prompt_ids) + n + 1, dtype=torch.float64)
+    with torch.no_grad():
+        logits = model.forward(torch.tensor([prompt_ids]), cache=cache, last_only=True)
+        token, out = int(logits[0, -1].argmax()), []
+        for _ in range(n):
+            logits = model.forward(torch.tensor([[token]]), cache=cache, last_only=True)
+            token = int(logits[0, -1].argmax())
+            out.append(token)
+    return out
+
 # %% exercise: keep-first
 def keep_only_first(cache, base):
     cache.commit(base, keep=[0])  # or: cache.truncate(base + 1)
@@ -71,3 +99,15 @@ def keep_only_first(cache, base):
 # %% wrong: keep-first: one row too many kept
 def keep_only_first(cache, base):
     cache.truncate(base + 2)
+
+# %% wrong: keep-first: the length hard-coded for the page's cache (truncate(6)), base ignored
+def keep_only_first(cache, base):
+    cache.truncate(6)
+
+# %% wrong: keep-first: the page's commit copied (keep=[0, 1]: two drafted rows kept)
+def keep_only_first(cache, base):
+    cache.commit(base, keep=[0, 1])
+
+# %% wrong: keep-first: the kept row counted from the start of the cache, not from base
+def keep_only_first(cache, base):
+    cache.commit(0, keep=[base])

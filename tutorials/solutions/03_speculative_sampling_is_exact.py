@@ -12,17 +12,39 @@
 #    be the same.
 
 # %% exercise: rejection-mass
-def rejection_probability(p, q):
-    # x is drafted with probability q(x) and then rejected with probability 1 - min(1, p(x)/q(x)).
-    return sum(qx * (1 - min(F(1), px / qx)) for px, qx in zip(p, q) if qx > 0)
+def rejected_mass(p, q):
+    # x is drafted with probability q(x), then rejected with probability 1 - min(1, p(x)/q(x)):
+    # together q(x) - min(p(x), q(x)) = max(q(x) - p(x), 0), on the tokens q proposes too often.
+    return [qx * (1 - min(F(1), px / qx)) if qx > 0 else F(0) for px, qx in zip(p, q)]
 
-# %% wrong: rejection-mass: the min forgotten (q(x) (1 - p(x)/q(x)) sums to 0)
-def rejection_probability(p, q):
-    return sum(qx * (1 - px / qx) for px, qx in zip(p, q) if qx > 0)
+# %% wrong: rejection-mass: p and q swapped, p(x)(1 - min(1, q(x)/p(x))) (the residual's side; same total)
+def rejected_mass(p, q):
+    return [px * (1 - min(F(1), qx / px)) if px > 0 else F(0) for px, qx in zip(p, q)]
 
-# %% wrong: rejection-mass: the L1 distance, twice the total variation
-def rejection_probability(p, q):
-    return sum(abs(px - qx) for px, qx in zip(p, q))
+# %% wrong: rejection-mass: the min dropped, q(x)(1 - p(x)/q(x)) = q(x) - p(x), negative where p > q
+def rejected_mass(p, q):
+    return [qx * (1 - px / qx) if qx > 0 else F(0) for px, qx in zip(p, q)]
+
+# %% wrong: rejection-mass: the probability of rejecting x once drafted, not multiplied by q(x)
+def rejected_mass(p, q):
+    return [1 - min(F(1), px / qx) if qx > 0 else F(0) for px, qx in zip(p, q)]
+
+# %% wrong: rejection-mass: normalized like the residual (a law over the rejected tokens)
+def rejected_mass(p, q):
+    excess = [max(qx - px, 0) for px, qx in zip(p, q)]
+    return [e / sum(excess) for e in excess]
+
+# %% wrong: rejection-mass: the per-token L1 distance |p(x) - q(x)|
+def rejected_mass(p, q):
+    return [abs(px - qx) for px, qx in zip(p, q)]
+
+# %% wrong: rejection-mass: the page's p and q used, not the arguments
+def rejected_mass(p_given, q_given):
+    return [q[x] * (1 - accept[x]) for x in range(4)]
+
+# %% wrong: rejection-mass: the total P(reject) returned, not one probability per token
+def rejected_mass(p, q):
+    return sum(max(px - qx, 0) for px, qx in zip(p, q))
 
 # %% exercise: subtle-bug
 def subtle_step(rng):
@@ -45,3 +67,19 @@ def subtle_step(rng):
     if rng.bernoulli(min(F(1), p[x] / q[x])):
         return x
     return rng.categorical(p)
+
+# %% wrong: subtle-bug: a perturbed p sampled directly, with no draft and no verification
+def subtle_step(rng):
+    return rng.categorical(np.array([p[0] - F(1, 200), p[1] + F(1, 200), p[2], p[3]], dtype=object))
+
+# %% wrong: subtle-bug: the draft drawn from q, then ignored: the token drawn from a perturbed p
+def subtle_step(rng):
+    x = rng.categorical(q)
+    return rng.categorical(np.array([p[0] - F(1, 200), p[1] + F(1, 200), p[2], p[3]], dtype=object))
+
+# %% wrong: subtle-bug: p and q swapped in the acceptance ratio (a bug sampling sees)
+def subtle_step(rng):
+    x = rng.categorical(q)
+    if rng.bernoulli(min(F(1), q[x] / p[x])):
+        return x
+    return rng.categorical(residual)

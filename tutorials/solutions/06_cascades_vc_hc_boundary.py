@@ -31,6 +31,36 @@ def gain_one_token(a1, c1, g):
 
 g_max = a1_rec - c1_rec
 
+# %% wrong: verify-cost: alpha and c swapped
+def gain_one_token(a1, c1, g):
+    return (1 + c1) / (1 + a1 + g)
+
+g_max = c1_rec - a1_rec
+
+# %% wrong: verify-cost: a difference of tokens and costs, not their ratio
+def gain_one_token(a1, c1, g):
+    return 1 + a1 - c1 - g
+
+g_max = a1_rec - c1_rec
+
+# %% wrong: verify-cost: the first section's boundary transcribed, alpha_PLD subtracted too
+def gain_one_token(a1, c1, g):
+    return (1 + a1) / (1 + c1 + g)
+
+g_max = a1_rec - a_pld_rec - c1_rec
+
+# %% wrong: verify-cost: g_max copied as the draft's recorded cost c_1
+def gain_one_token(a1, c1, g):
+    return (1 + a1) / (1 + c1 + g)
+
+g_max = c1_rec
+
+# %% wrong: verify-cost: the draft's cost left out of the step's cost
+def gain_one_token(a1, c1, g):
+    return (1 + a1) / (1 + g)
+
+g_max = a1_rec
+
 # %% exercise: acceptance
 def acceptance_by_source(traces):
     counts = {}
@@ -56,4 +86,22 @@ def acceptance_by_source(traces):
         for node in range(1, len(trace.tree)):
             accepted, proposed = counts.get(trace.sources[node], (0, 0))
             counts[trace.sources[node]] = (accepted + bool(trace.result.accepted), proposed + 1)
+    return counts
+
+# %% wrong: acceptance: (proposed, accepted) in the wrong order
+def acceptance_by_source(traces):
+    counts = {}
+    for trace in traces:
+        for node in range(1, len(trace.tree)):
+            proposed, accepted = counts.get(trace.sources[node], (0, 0))
+            counts[trace.sources[node]] = (proposed + 1, accepted + (node in trace.result.accepted))
+    return counts
+
+# %% wrong: acceptance: only the steps printed above (the first three traces)
+def acceptance_by_source(traces):
+    counts = {}
+    for trace in traces[:3]:
+        for node in range(1, len(trace.tree)):
+            accepted, proposed = counts.get(trace.sources[node], (0, 0))
+            counts[trace.sources[node]] = (accepted + (node in trace.result.accepted), proposed + 1)
     return counts

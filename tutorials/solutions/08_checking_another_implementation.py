@@ -48,6 +48,40 @@ def my_verifier(inputs, rng):
     bonus = rng.categorical(p[-1])
     return out + [bonus, bonus]
 
+# %% wrong: break-it: the bonus token dropped (fewer tokens, the same law)
+def my_verifier(inputs, rng):
+    p, q, out = inputs.target_probs, inputs.draft_probs, []
+    for i, x in enumerate(inputs.draft_tokens):
+        if not rng.bernoulli(min(1.0, p[i, x] / q[i, x])):
+            residual = np.maximum(p[i] - q[i], 0.0)
+            return out + [rng.categorical(residual / residual.sum())]
+        out.append(x)
+    return out
+
+# %% wrong: break-it: the drafts ignored, one token drawn from p[0] (useless, but lossless)
+def my_verifier(inputs, rng):
+    return [rng.categorical(inputs.target_probs[0])]
+
+# %% wrong: break-it: an epsilon in the residual far below the oracle's float tolerance
+def my_verifier(inputs, rng):
+    p, q, out = inputs.target_probs, inputs.draft_probs, []
+    for i, x in enumerate(inputs.draft_tokens):
+        if not rng.bernoulli(min(1.0, p[i, x] / q[i, x])):
+            residual = np.maximum(p[i] - q[i], 0.0) + 1e-15
+            return out + [rng.categorical(residual / residual.sum())]
+        out.append(x)
+    return out + [rng.categorical(p[-1])]
+
+# %% wrong: break-it: the bonus drawn from a draft row that does not exist (a crash, not a wrong law)
+def my_verifier(inputs, rng):
+    p, q, out = inputs.target_probs, inputs.draft_probs, []
+    for i, x in enumerate(inputs.draft_tokens):
+        if not rng.bernoulli(min(1.0, p[i, x] / q[i, x])):
+            residual = np.maximum(p[i] - q[i], 0.0)
+            return out + [rng.categorical(residual / residual.sum())]
+        out.append(x)
+    return out + [rng.categorical(q[len(inputs.draft_tokens)])]
+
 # %% exercise: fix-siblings
 def sibling_verifier(inputs, rng):
     node, out = 0, []
@@ -115,6 +149,143 @@ def sibling_verifier(inputs, rng):
                 break
             residual = np.maximum(r - q, 0.0)
             r = residual / residual.sum()
+            removed.append(x)
+        else:
+            return out + [rng.categorical(r)]
+
+# %% wrong: fix-siblings: only the first child of each node tested (lossless, fewer tokens)
+def sibling_verifier(inputs, rng):
+    node, out = 0, []
+    while True:
+        r = np.asarray(inputs.target_probs[node], dtype=np.float64)
+        children = inputs.children(node)[:1]
+        for child in children:
+            x = inputs.tokens[child]
+            q = np.asarray(inputs.draft_probs[child], dtype=np.float64)
+            if rng.bernoulli(min(1.0, r[x] / q[x])):
+                out.append(x)
+                node = child
+                break
+            residual = np.maximum(r - q, 0.0)
+            r = residual / residual.sum()
+        else:
+            return out + [rng.categorical(r)]
+
+# %% wrong: fix-siblings: the tree ignored, one token drawn from the root's law (lossless, useless)
+def sibling_verifier(inputs, rng):
+    return [rng.categorical(np.asarray(inputs.target_probs[0], dtype=np.float64))]
+
+# %% wrong: fix-siblings: only the previous sibling removed from q, not every earlier one
+def sibling_verifier(inputs, rng):
+    node, out = 0, []
+    while True:
+        r = np.asarray(inputs.target_probs[node], dtype=np.float64)
+        previous = None
+        for child in inputs.children(node):
+            x = inputs.tokens[child]
+            q = np.asarray(inputs.draft_probs[child], dtype=np.float64)
+            if inputs.rules[child] == "without_replacement" and previous is not None:
+                q = q.copy()
+                q[previous] = 0.0
+                q = q / q.sum()
+            if rng.bernoulli(min(1.0, r[x] / q[x])):
+                out.append(x)
+                node = child
+                break
+            residual = np.maximum(r - q, 0.0)
+            r = residual / residual.sum()
+            previous = x
+        else:
+            return out + [rng.categorical(r)]
+
+# %% wrong: fix-siblings: the bonus token forgotten after an accepted leaf (lossless, fewer tokens)
+def sibling_verifier(inputs, rng):
+    node, out = 0, []
+    while True:
+        if out and not inputs.children(node):
+            return out  # every drafted token on the path accepted: nothing more to emit?
+        r = np.asarray(inputs.target_probs[node], dtype=np.float64)
+        removed = []
+        for child in inputs.children(node):
+            x = inputs.tokens[child]
+            q = np.asarray(inputs.draft_probs[child], dtype=np.float64)
+            if inputs.rules[child] == "without_replacement" and removed:
+                q = q.copy()
+                q[removed] = 0.0
+                q = q / q.sum()
+            if rng.bernoulli(min(1.0, r[x] / q[x])):
+                out.append(x)
+                node = child
+                break
+            residual = np.maximum(r - q, 0.0)
+            r = residual / residual.sum()
+            removed.append(x)
+        else:
+            return out + [rng.categorical(r)]
+
+# %% wrong: fix-siblings: earlier siblings removed from q whatever the child's rule (independent ones too)
+def sibling_verifier(inputs, rng):
+    node, out = 0, []
+    while True:
+        r = np.asarray(inputs.target_probs[node], dtype=np.float64)
+        removed = []
+        for child in inputs.children(node):
+            x = inputs.tokens[child]
+            q = np.asarray(inputs.draft_probs[child], dtype=np.float64)
+            if removed:
+                q = q.copy()
+                q[removed] = 0.0
+                q = q / q.sum()
+            if rng.bernoulli(min(1.0, r[x] / q[x]) if q[x] > 0 else 0.0):
+                out.append(x)
+                node = child
+                break
+            residual = np.maximum(r - q, 0.0)
+            r = residual / residual.sum()
+            removed.append(x)
+        else:
+            return out + [rng.categorical(r)]
+
+# %% wrong: fix-siblings: the removed siblings kept from one node to the next
+def sibling_verifier(inputs, rng):
+    node, out, removed = 0, [], []
+    while True:
+        r = np.asarray(inputs.target_probs[node], dtype=np.float64)
+        for child in inputs.children(node):
+            x = inputs.tokens[child]
+            q = np.asarray(inputs.draft_probs[child], dtype=np.float64)
+            if inputs.rules[child] == "without_replacement" and removed:
+                q = q.copy()
+                q[removed] = 0.0
+                q = q / q.sum()
+            if rng.bernoulli(min(1.0, r[x] / q[x]) if q[x] > 0 else 0.0):
+                out.append(x)
+                node = child
+                break
+            residual = np.maximum(r - q, 0.0)
+            r = residual / residual.sum()
+            removed.append(x)
+        else:
+            return out + [rng.categorical(r)]
+
+# %% wrong: fix-siblings: the residual left unnormalized (the next sibling's ratio reads it)
+def sibling_verifier(inputs, rng):
+    node, out = 0, []
+    while True:
+        r = np.asarray(inputs.target_probs[node], dtype=np.float64)
+        removed = []
+        for child in inputs.children(node):
+            x = inputs.tokens[child]
+            q = np.asarray(inputs.draft_probs[child], dtype=np.float64)
+            if inputs.rules[child] == "without_replacement" and removed:
+                q = q.copy()
+                q[removed] = 0.0
+                q = q / q.sum()
+            if rng.bernoulli(min(1.0, r[x] / q[x])):
+                out.append(x)
+                node = child
+                break
+            r = np.maximum(r - q, 0.0)  # rng.categorical normalizes; the next ratio r[x] / q[x] does not
             removed.append(x)
         else:
             return out + [rng.categorical(r)]
