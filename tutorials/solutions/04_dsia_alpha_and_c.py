@@ -68,7 +68,7 @@ paying = {n: ewif_chain(c[n], best_k(alpha[n], c[n]), alpha[n]) for n in alpha
 
 # %% wrong: best-k: EWIF written by hand without the bonus token (drafted tokens only)
 def ewif_no_bonus(a, k, cost):
-    return a * (1 - a**k) / ((1 - a) * (cost * k + 1))
+    return sum(a**i for i in range(1, k + 1)) / (cost * k + 1)
 
 def best_k(a, cost):
     return max(range(1, 17), key=lambda k: ewif_no_bonus(a, k, cost))
