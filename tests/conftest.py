@@ -17,6 +17,9 @@ from hypothesis import HealthCheck, Phase, settings
 # Tests never time anything: the per-machine kernel table is not measured at model load, the
 # default forms run (tests/test_kernels.py installs fixed tables explicitly).
 os.environ["CASSPEC_KERNELS"] = "default"
+# Triton kernels (the oracle's Triton tests) run in Triton's interpreter; the switch is read when
+# a kernel is defined, triton's own library included, and transformers imports triton early.
+os.environ.setdefault("TRITON_INTERPRET", "1")
 
 settings.register_profile(
     "ci",

@@ -142,6 +142,48 @@ def test_wrong_return_under_a_known_signature() -> None:
     assert "(valid_tokens, n_matches)" in (report.error or "") and "[0, 0]" in (report.error or "")
 
 
+def test_a_contract_error_quotes_a_long_output_shortened() -> None:
+    report = check_verifier(lambda p, q, drafts: [0] * 10**6, signature="plain", **SMALL)
+    assert report.verdict == "CONTRACT ERROR"
+    assert "returned 1000000 tokens" in (report.error or "")
+    assert "list of 1000000 items" in (report.error or "")
+    assert len(json.dumps(report.to_json())) < 10_000
+
+
+def _seeded_chain(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor) -> list[int]:
+    """A correct chain verifier drawing as vLLM v1 does for a seeded request: the batch's
+    uniforms first, then the request's slice again from its own generator; the residual raced
+    by ``weights * (1 / E)``."""
+    k, vocab = len(drafts), p.shape[-1]
+    u = torch.rand(k, dtype=torch.float64)
+    u[0:k].uniform_(generator=torch.Generator().manual_seed(3))
+    inv_e = torch.empty(vocab, dtype=torch.float64).exponential_().reciprocal()
+    out = []
+    for i, token in enumerate(drafts.tolist()):
+        if u[i] < p[i, token] / q[i, token]:
+            out.append(token)
+            continue
+        return [*out, int((torch.clamp(p[i] - q[i], min=0) * inv_e).argmax())]
+    bonus = (p[k] / torch.empty(vocab, dtype=torch.float64).exponential_()).argmax()
+    return [*out, int(bonus)]
+
+
+def test_draws_into_a_view_of_draws_and_the_reciprocal_race_are_followed() -> None:
+    report = check_verifier(_seeded_chain, signature="plain", families=["random"], vocab=[3])
+    assert report.verdict == "LOSSLESS", report
+
+
+def test_a_draw_into_a_view_of_a_plain_tensor_is_refused_by_name() -> None:
+    def into_view(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor) -> list[int]:
+        e = torch.empty(2, p.shape[-1])
+        e[0].exponential_()
+        return [int(drafts[0])]
+
+    report = check_verifier(into_view, signature="plain", **SMALL)
+    assert report.verdict == "NOT CHECKABLE"
+    assert "in-place draw into a view" in (report.error or "")
+
+
 # --- rounding, budget, pruning -----------------------------------------------------------------
 
 

@@ -32,6 +32,7 @@ import contextlib
 import functools
 import inspect
 import random as _random_module
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
@@ -90,6 +91,8 @@ class Draws:
         self.rng: RandomSource = rng  # type: ignore[assignment]
         self.exact = bool(getattr(rng, "exact", False))
         self.variables: dict[tuple[int, int], _Variable] = {}
+        #: What Triton kernels hold in memory (`casspec_ref.proof.triton_draws`).
+        self.marks: list[Any] = []
         self.streams: dict[Any, tuple[int, int]] = {}
         self.n_streams = 0
 
@@ -334,6 +337,11 @@ class LazyDraws(torch.Tensor):
 
     _vars: np.ndarray
     _book: Draws
+    #: True for ``exponentials.reciprocal()``: ``weights * draws`` then races as ``weights / E``.
+    _inverse: bool = False
+    #: (the tensor of draws this one is a view of, the flat indices it reads there): an
+    #: in-place draw into the view (``u[a:b].uniform_(generator=g)``) replaces them there too.
+    _origin: tuple[LazyDraws, np.ndarray] | None = None
 
     def __repr__(self, *args: Any, **kwargs: Any) -> str:  # type: ignore[override]
         return f"LazyDraws(shape={tuple(self._vars.shape)})"
@@ -350,8 +358,12 @@ class LazyDraws(torch.Tensor):
         if name in _COMPARE and len(args) == 2 and len(lazy) == 1:
             return _compare(name, args[0], args[1])
         if name in _DIV_OPS and len(args) == 2 and isinstance(args[1], LazyDraws):
-            if not isinstance(args[0], LazyDraws):
+            if not isinstance(args[0], LazyDraws) and not args[1]._inverse:
                 return _Race.make(args[0], args[1])
+        if name in ("mul", "rmul") and len(args) == 2 and len(lazy) == 1 and lazy[0]._inverse:
+            return _Race.make(args[1] if args[0] is lazy[0] else args[0], lazy[0])
+        if name == "reciprocal" and len(args) == 1 and len(lazy) == 1:
+            return _reciprocal(lazy[0])
         if lazy and (name in _SHAPE_OPS or full in _SHAPE_OPS):
             return _reshape(func, args, kwargs)
         if lazy and name in _KEEP_OPS and len(lazy) == 1 and args[0] is lazy[0]:
@@ -549,7 +561,35 @@ def _rewrap(like: LazyDraws, variables: np.ndarray, dtype: torch.dtype) -> LazyD
     out = torch.Tensor._make_subclass(LazyDraws, data)
     out._vars = variables
     out._book = like._book
+    out._inverse = like._inverse
     return out
+
+
+def _reciprocal(lazy: LazyDraws) -> LazyDraws:
+    """``1 / E`` of exponentials: kept lazy, so that ``weights * (1 / E)`` is still a race."""
+    if any(var.kind != "exponential" for var in lazy._vars.reshape(-1)):
+        raise UnfollowableDrawError("torch reciprocal of a uniform draw; only exponentials race")
+    out = _rewrap(lazy, lazy._vars, lazy.dtype)
+    out._inverse = not lazy._inverse
+    return out
+
+
+#: Shape operations whose result is a view: an in-place draw into it changes its base too.
+_VIEW_OPS = {"__getitem__", "select", "narrow", "view", "reshape", "squeeze", "unsqueeze"}
+_VIEW_OPS |= {"flatten", "t", "transpose", "permute", "view_as", "movedim", "unflatten"}
+_VIEW_OPS |= {"unbind", "split", "chunk"}
+
+
+def _write_through(view: LazyDraws, variables: np.ndarray) -> None:
+    """Put ``variables`` in the places ``view`` reads in the tensor it is a view of (and so on
+    up): what an in-place draw into a view does to its base."""
+    if view._origin is None:
+        return
+    base, indices = view._origin
+    table = np.array(base._vars, dtype=object)  # a writable copy in the base's shape
+    table.reshape(-1)[indices] = variables.reshape(-1)
+    base._vars = table
+    _write_through(base, table)
 
 
 def _reshape(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -563,10 +603,16 @@ def _reshape(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     with torch._C.DisableTorchFunctionSubclass():
         result = func(*swapped, **kwargs)
 
+    is_view = _name(func) in _VIEW_OPS and not any(
+        isinstance(a, torch.Tensor | list | np.ndarray) for a in swapped[1:]
+    )
+
     def wrap(r: Any) -> Any:
         if isinstance(r, torch.Tensor):
-            picked = flat[r.numpy().reshape(-1)].reshape(tuple(r.shape))
-            return _rewrap(lazy, picked, lazy.dtype)
+            indices = r.numpy().reshape(-1)
+            out = _rewrap(lazy, flat[indices].reshape(tuple(r.shape)), lazy.dtype)
+            out._origin = (lazy, indices) if is_view else None
+            return out
         if isinstance(r, tuple | list):
             return type(r)(wrap(x) for x in r)
         return r
@@ -671,12 +717,18 @@ def _in_place_allowed(target: torch.Tensor) -> None:
 
 def _in_place(target: torch.Tensor, lazy: LazyDraws) -> LazyDraws:
     """Turn ``target`` itself into the lazy tensor (``exponential_``/``uniform_`` are in place).
-    A view (``q[i].exponential_()``) is refused: its base tensor would hold no draws."""
+    A view of a plain tensor (``q[i].exponential_()`` on a plain q) is refused: its base would
+    hold no draws. A view of a tensor of draws puts the new draws in its base as well."""
+    if isinstance(target, LazyDraws):
+        _write_through(target, lazy._vars)
+    else:
+        _in_place_allowed(target)
     with torch.no_grad(), torch._C.DisableTorchFunctionSubclass():
         target.fill_(float("nan"))
     target.__class__ = LazyDraws
     target._vars = lazy._vars  # type: ignore[attr-defined]
     target._book = lazy._book  # type: ignore[attr-defined]
+    target._inverse = False  # type: ignore[attr-defined]
     return target  # type: ignore[return-value]
 
 
@@ -689,7 +741,6 @@ def _torch_patches(book: Draws) -> dict[tuple[Any, str], Any]:
         return _lazy_tensor(book, shape, dtype or x.dtype, None, "uniform", "torch.rand_like")
 
     def uniform_(self: torch.Tensor, a: float = 0, b: float = 1, *, generator: Any = None) -> Any:
-        _in_place_allowed(self)
         if (a, b) != (0, 1):
             raise UnfollowableDrawError(f"Tensor.uniform_({a}, {b}): only [0, 1) is followed")
         shape = tuple(self.shape)
@@ -697,7 +748,6 @@ def _torch_patches(book: Draws) -> dict[tuple[Any, str], Any]:
         return _in_place(self, lazy)
 
     def exponential_(self: torch.Tensor, lambd: float = 1.0, *, generator: Any = None) -> Any:
-        _in_place_allowed(self)
         shape = tuple(self.shape)
         lazy = _lazy_tensor(
             book, shape, self.dtype, generator, "exponential", "Tensor.exponential_"
@@ -978,5 +1028,12 @@ def route_all(rng: RandomSource | None) -> Iterator[Draws]:
     """`route_torch`, `route_random` and `route_numpy` together, sharing one book of draws.
     ``rng`` may be None when every run calls ``book.reset(source)`` first (the checker does)."""
     book = Draws(rng)
-    with route_torch(rng, book), route_random(rng, book), route_numpy(rng, book):
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(route_torch(rng, book))
+        stack.enter_context(route_random(rng, book))
+        stack.enter_context(route_numpy(rng, book))
+        if "triton" in sys.modules:  # the checked code launches Triton kernels
+            from casspec_ref.proof.triton_draws import route_triton
+
+            stack.enter_context(route_triton(book))
         yield book

@@ -36,6 +36,7 @@ import importlib
 import inspect
 import io
 import json
+import os
 import signal
 import sys
 import threading
@@ -1179,6 +1180,9 @@ def _load(target: str, notes: list[str]) -> Callable[..., Any]:
         raise ValueError(f"target must be MODULE:FUNCTION, got {target!r}")
     if "" not in sys.path and "." not in sys.path:
         sys.path.insert(0, "")
+    # Triton kernels the module defines run in Triton's interpreter, on a CPU, where the oracle
+    # follows its draws (casspec_ref/proof/triton_draws.py); read when a kernel is defined.
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
     def load() -> Any:
         try:

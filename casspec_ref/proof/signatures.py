@@ -12,6 +12,12 @@ return convention and quotes the offending value.
 - ``hf``: transformers' ``_speculative_sampling(candidate_input_ids (1, 1+K), candidate_logits
   (1, K, V), candidate_length K, new_logits (1, K+1, V), ...) -> (valid_tokens (1, n+1),
   n_matches)``; the logits are log-laws (``log q``, ``log p``), whose softmax is the law;
+- ``vllm-v1``: vLLM v1's ``rejection_sample(draft_token_ids (K,), num_draft_tokens [K],
+  max_spec_len, cu_num_draft_tokens (1,), draft_probs (K, V) or None, target_probs (K, V)
+  (``log p`` when the parameter is named ``target_logits``, as in later versions),
+  bonus_token_ids (1, 1), sampling_metadata) -> (1, K+1)``, -1 after the emitted tokens; its
+  Triton kernels run in Triton's interpreter, the draws carried through them
+  (`casspec_ref.proof.triton_draws`). The bonus token is a pending draw, as for v0;
 - ``vllm-v0``: vLLM v0's ``RejectionSampler.forward(target_with_bonus_probs (1, K+1, V),
   bonus_token_ids (1, 1), draft_probs (1, K, V), draft_token_ids (1, K)) -> (1, K+1)`` with -1
   after the emitted tokens. The bonus token is the caller's sample from
@@ -44,7 +50,7 @@ class ContractViolation(Exception):
 
     def __init__(self, output: Any, reason: str) -> None:
         super().__init__(reason)
-        self.output = output
+        self.output = _show(output)  # quoted in the report: a long value is shortened
         self.reason = reason
 
 
@@ -97,7 +103,30 @@ SIGNATURES = {
         "tensor: the accepted drafts, the recovered or bonus token, then -1",
         4,
     ),
+    "vllm-v1": Signature(
+        "vllm-v1",
+        "chain",
+        "vLLM v1 rejection_sample(draft_token_ids (K,) int32, num_draft_tokens [K], max_spec_len "
+        "K, cu_num_draft_tokens (1,) int32, draft_probs (K, V) or None, target_probs (K, V), "
+        "bonus_token_ids (1, 1), sampling_metadata) returning a (1, K+1) int tensor: the "
+        "accepted drafts, the recovered or bonus token, then -1",
+        8,
+    ),
 }
+
+
+@dataclass
+class VllmV1SamplingMetadata:
+    """The fields of vLLM v1's ``SamplingMetadata`` its rejection sampler reads, for one
+    request: ``temperature`` is the greedy constant of the checked module for a greedy row."""
+
+    temperature: torch.Tensor
+    all_greedy: bool
+    all_random: bool
+    generators: dict[int, torch.Generator]
+    top_k: torch.Tensor | None = None
+    top_p: torch.Tensor | None = None
+    max_num_logprobs: int | None = None
 
 
 def signature_names() -> list[str]:
@@ -175,8 +204,43 @@ def call_chain(
         return _hf_tokens(call(fn, ids, candidate_logits, k, new_logits), vocab, signature)
     thunk = Thunk(lambda: int(rng.categorical(inputs.target_probs[k])))
     bonus = PendingDraw.make(np.array([[thunk]], dtype=object))  # (1, 1), drawn where used
+    if signature.name == "vllm-v1":
+        args = _vllm_v1_arguments(fn, inputs, p, q, bonus)
+        return _padded_tokens(call(fn, *args), k, vocab, signature)
     output = call(fn, p[None], bonus, q[None], drafts[None])  # (1, K+1)
     return _padded_tokens(output, k, vocab, signature)
+
+
+def _vllm_v1_arguments(
+    fn: Callable[..., Any], inputs: Any, p: torch.Tensor, q: torch.Tensor, bonus: PendingDraw
+) -> tuple[Any, ...]:
+    """``rejection_sample``'s arguments for one request of K drafts. A draft law that is a point
+    mass on each drafted token is passed as None (vLLM's n-gram path); a greedy step (temperature
+    0) carries the checked module's ``GREEDY_TEMPERATURE`` (-1 when it has none)."""
+    k = len(inputs.draft_tokens)
+    drafts = torch.tensor(inputs.draft_tokens, dtype=torch.int32)
+    point_masses = bool((q[torch.arange(k), drafts.long()] == 1).all())
+    greedy = float(inputs.temperature) == 0
+    module_globals = getattr(inspect.unwrap(fn), "__globals__", {})
+    greedy_value = getattr(module_globals.get("GREEDY_TEMPERATURE", -1), "value", None)
+    greedy_value = (
+        module_globals.get("GREEDY_TEMPERATURE", -1) if greedy_value is None else greedy_value
+    )
+    temperature = torch.tensor([greedy_value if greedy else 1.0])  # p is processed already
+    metadata = VllmV1SamplingMetadata(temperature, greedy, not greedy, {})
+    cu = torch.tensor([k], dtype=torch.int32)
+    target = p[:k]
+    if _parameter_names(fn)[5:6] == ["target_logits"]:  # later versions take logits
+        with np.errstate(divide="ignore"):
+            target = torch.log(target)  # whose softmax is p
+    return (drafts, [k], k, cu, None if point_masses else q, target, bonus, metadata)
+
+
+def _parameter_names(fn: Callable[..., Any]) -> list[str]:
+    try:
+        return list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return []
 
 
 def tokens_of(output: Any, vocab: int, signature: Signature) -> list[int]:
@@ -208,7 +272,7 @@ def tokens_of(output: Any, vocab: int, signature: Signature) -> list[int]:
                 _show(output), f"token {t!r} is not an integer; expected {signature.contract}"
             )
         if not 0 <= int(t) < vocab:
-            hint = " (-1 padding? --signature vllm-v0 reads padded output)"
+            hint = " (-1 padding? --signature vllm-v0 or vllm-v1 reads padded output)"
             hint = hint if int(t) == -1 else ""
             raise ContractViolation(
                 _show(output),
@@ -245,7 +309,7 @@ def _padded_tokens(output: Any, k: int, vocab: int, signature: Signature) -> lis
     n = row.index(-1) if -1 in row else len(row)
     if any(t != -1 for t in row[n:]):
         raise ContractViolation(
-            row, f"a token after the first -1 (-1 only pads the end); {signature.contract}"
+            _show(row), f"a token after the first -1 (-1 only pads the end); {signature.contract}"
         )
     return tokens_of(row[:n], vocab, signature)
 
@@ -254,11 +318,18 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int | np.integer) and not isinstance(value, bool)
 
 
+#: How many items of an offending list or tuple a contract error quotes.
+_SHOWN_ITEMS = 12
+
+
 def _show(value: Any) -> Any:
     """A short, JSON-friendly rendering of an offending value."""
     if isinstance(value, torch.Tensor | np.ndarray):
         return f"{type(value).__name__}(shape={tuple(value.shape)}, {value.tolist()!r:.60})"
     if isinstance(value, tuple | list):
+        if len(value) > _SHOWN_ITEMS:
+            head = ", ".join(repr(_show(v)) for v in value[:_SHOWN_ITEMS])
+            return f"{type(value).__name__} of {len(value)} items: [{head}, ...]"
         return type(value)(_show(v) for v in value)
     if isinstance(value, bool | int | float | np.integer):
         return value.item() if isinstance(value, np.integer) else value
