@@ -88,7 +88,7 @@ def test_the_sampler_is_lossless_on_every_path() -> None:
 )
 def test_each_planted_bug_is_not_lossless(bug: str) -> None:
     fn = functools.partial(triton_rejection.rejection_sample, bug=bug)
-    report = _check(fn, _cases("random-V3-K2", "random-V3-K3"))
+    report = _check(fn, _cases("random-V3-K2"))
     assert report.verdict == "NOT LOSSLESS", (bug, report)
     assert report.worst_tv > 1e-3
 
