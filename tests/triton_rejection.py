@@ -67,8 +67,10 @@ def recovered_kernel(
     BLOCK: tl.constexpr,
     NO_Q: tl.constexpr,
     RESIDUAL_FROM_P: tl.constexpr,
+    PAD_SCORE: tl.constexpr,
 ):
-    """The residual max(p - q, 0) of every draft position, sampled by an exponential race."""
+    """The residual max(p - q, 0) of every draft position, sampled by an exponential race; lanes
+    past the vocabulary score PAD_SCORE (-inf, or a value <= 0 that only ties at 0)."""
     req = tl.program_id(0)
     pos = tl.program_id(1)
     start, n = _span(cu_ptr, req)
@@ -85,7 +87,7 @@ def recovered_kernel(
             q = tl.load(q_ptr + i * vocab + lanes, mask=inside, other=0.0)
             residual = tl.maximum(p - q, 0.0)
         inv_e = tl.load(inv_e_ptr + req * vocab + lanes, mask=inside, other=0.0)
-        score = tl.where(inside, residual * inv_e, float("-inf"))
+        score = tl.where(inside, residual * inv_e, PAD_SCORE)
         tl.store(rec_ptr + i, tl.argmax(score, axis=0))
 
 
@@ -141,8 +143,10 @@ def rejection_sample(
     bonus_token_ids: torch.Tensor,
     sampling_metadata: Any,
     bug: str | None = None,
+    pad_score: float = float("-inf"),
 ) -> torch.Tensor:
-    """Emitted tokens per request, (B, max_spec_len + 1) int32, padded with PLACEHOLDER."""
+    """Emitted tokens per request, (B, max_spec_len + 1) int32, padded with PLACEHOLDER.
+    ``pad_score``: the race score of lanes past the vocabulary (any value <= 0 is correct)."""
     if bug is not None and bug not in BUGS:
         raise ValueError(f"unknown bug {bug!r}; known: {', '.join(BUGS)}")
     batch, (n_tokens, vocab) = len(num_draft_tokens), target_probs.shape
@@ -181,6 +185,7 @@ def rejection_sample(
         BLOCK=triton.next_power_of_2(vocab),
         NO_Q=no_q,
         RESIDUAL_FROM_P=bug == "residual_from_p",
+        PAD_SCORE=pad_score,
     )
     accept_kernel[(batch,)](
         out,

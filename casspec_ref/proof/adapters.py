@@ -60,7 +60,7 @@ class UnfollowableDrawError(NotCheckableError):
 
 
 @dataclass
-class _Variable:
+class DrawVariable:
     """One drawn value: a uniform known to lie in [lo, hi), or an exponential (race only)."""
 
     kind: str  # "uniform" or "exponential"
@@ -90,7 +90,7 @@ class Draws:
         """Start a new run drawing from ``rng``: no variable is known, no stream is seen."""
         self.rng: RandomSource = rng  # type: ignore[assignment]
         self.exact = bool(getattr(rng, "exact", False))
-        self.variables: dict[tuple[int, int], _Variable] = {}
+        self.variables: dict[tuple[int, int], DrawVariable] = {}
         #: What Triton kernels hold in memory (`casspec_ref.proof.triton_draws`).
         self.marks: list[Any] = []
         self.streams: dict[Any, tuple[int, int]] = {}
@@ -101,7 +101,7 @@ class Draws:
 
     def take(
         self, fingerprint: Any, n: int, advance: Callable[[], Any], kind: str, label: str
-    ) -> list[_Variable]:
+    ) -> list[DrawVariable]:
         """The ``n`` next variables of the stream at ``fingerprint``; advances the generator."""
         if fingerprint in self.streams:
             stream, pos = self.streams[fingerprint]
@@ -117,7 +117,7 @@ class Draws:
             var = self.variables.get(key)
             name = f"{label} (stream {stream}, value {pos + i})"
             if var is None:
-                var = _Variable(kind, name, self._zero(), self._zero() + 1)
+                var = DrawVariable(kind, name, self._zero(), self._zero() + 1)
                 self.variables[key] = var
             elif var.kind != kind or kind == "exponential":
                 raise UnfollowableDrawError(
@@ -132,10 +132,10 @@ class Draws:
         state = getattr(advance, "fingerprint", None)
         return state() if state is not None else ("after", before)
 
-    def fresh(self, label: str) -> _Variable:
+    def fresh(self, label: str) -> DrawVariable:
         """A variable of no stream (for `lazy_uniform`)."""
         key = (-1, len(self.variables))
-        var = _Variable("uniform", label, self._zero(), self._zero() + 1)
+        var = DrawVariable("uniform", label, self._zero(), self._zero() + 1)
         self.variables[key] = var
         return var
 
@@ -146,7 +146,7 @@ class Draws:
             return Fraction(value)
         return float(value)
 
-    def below(self, var: _Variable, threshold: Any, strict: bool) -> bool:
+    def below(self, var: DrawVariable, threshold: Any, strict: bool) -> bool:
         """Whether the variable is < ``threshold`` (``strict``) or <= it: one decision."""
         if var.kind != "uniform":
             raise UnfollowableDrawError(f"{var.label} is an exponential compared with a number")
@@ -164,7 +164,7 @@ class Draws:
         var.lo = t
         return False
 
-    def inverse_cdf(self, var: _Variable, weights: Any) -> int:
+    def inverse_cdf(self, var: DrawVariable, weights: Any) -> int:
         """The bucket of the inverse-CDF sample of ``weights`` (unnormalized) at the variable."""
         if var.kind != "uniform":
             raise UnfollowableDrawError(f"{var.label} is an exponential used as a uniform")
@@ -186,7 +186,7 @@ class Draws:
         var.lo, var.hi = max(edges[picked], var.lo), min(edges[picked + 1], var.hi)
         return int(picked)
 
-    def race(self, variables: list[_Variable], weights: Any) -> int:
+    def race(self, variables: list[DrawVariable], weights: Any) -> int:
         """argmax_i weights_i / E_i over fresh exponentials E_i: a categorical draw."""
         for var in variables:
             if var.kind != "exponential" or var.raced:
@@ -233,7 +233,7 @@ class LazyUniform:
 
     __slots__ = ("_book", "_var")
 
-    def __init__(self, book: Draws, var: _Variable) -> None:
+    def __init__(self, book: Draws, var: DrawVariable) -> None:
         self._book = book
         self._var = var
 
@@ -289,7 +289,7 @@ def lazy_uniform(rng: RandomSource, label: str = "lazy_uniform") -> LazyUniform:
 # torch
 # ---------------------------------------------------------------------------------------------
 
-_COMPARE = {"lt": (True, True), "le": (True, False), "gt": (False, False), "ge": (False, True)}
+COMPARISONS = {"lt": (True, True), "le": (True, False), "gt": (False, False), "ge": (False, True)}
 _COMPARE_ALIASES = {"less": "lt", "less_equal": "le", "greater": "gt", "greater_equal": "ge"}
 _SHAPE_OPS = {
     "__getitem__",
@@ -355,7 +355,7 @@ class LazyDraws(torch.Tensor):
         full = _name(func)
         name = _COMPARE_ALIASES.get(full.strip("_"), full.strip("_"))
         lazy = [a for a in args if isinstance(a, LazyDraws)]
-        if name in _COMPARE and len(args) == 2 and len(lazy) == 1:
+        if name in COMPARISONS and len(args) == 2 and len(lazy) == 1:
             return _compare(name, args[0], args[1])
         if name in _DIV_OPS and len(args) == 2 and isinstance(args[1], LazyDraws):
             if not isinstance(args[0], LazyDraws) and not args[1]._inverse:
@@ -622,11 +622,11 @@ def _reshape(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
 
 def _compare(name: str, left: Any, right: Any) -> torch.Tensor:
     """Elementwise ``left OP right`` where one side holds lazy uniforms: one decision each."""
-    below, strict = _COMPARE[name]
+    below, strict = COMPARISONS[name]
     if isinstance(right, LazyDraws):  # t OP u  ==  u (mirrored OP) t
         left, right = right, left
         mirror = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}[name]
-        below, strict = _COMPARE[mirror]
+        below, strict = COMPARISONS[mirror]
     lazy: LazyDraws = left
     lazy._book.saw(right)
     with torch._C.DisableTorchFunctionSubclass():
@@ -673,7 +673,7 @@ class _Advance:
 
 def _torch_take(
     book: Draws, generator: torch.Generator | None, n: int, kind: str, label: str
-) -> list[_Variable]:
+) -> list[DrawVariable]:
     fp = _torch_fingerprint(generator)
     gen = generator if generator is not None else torch.default_generator
 
@@ -860,7 +860,7 @@ def route_torch(rng: RandomSource | None, book: Draws | None = None) -> Iterator
 _PY_RANDOM = _random_module._random.Random  # type: ignore[attr-defined]
 
 
-def _random_take(book: Draws, gen: Any, n: int, label: str) -> list[_Variable]:
+def _random_take(book: Draws, gen: Any, n: int, label: str) -> list[DrawVariable]:
     def fp() -> Any:
         return ("random", hash(gen.getstate()))
 
@@ -940,7 +940,7 @@ class RoutedGenerator:
         self._book = book
         self._real = real
 
-    def _take(self, n: int, label: str) -> list[_Variable]:
+    def _take(self, n: int, label: str) -> list[DrawVariable]:
         real = self._real
 
         def fp() -> Any:

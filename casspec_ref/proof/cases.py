@@ -32,6 +32,7 @@ CHAIN_FAMILIES = (
     "temperature",
     "top_k",
     "top_p",
+    "point_mass",
 )
 TREE_FAMILIES = ("chain", "independent", "mixed_levels", "without_replacement", "deterministic")
 LOOP_FAMILIES = ("plain", "temperature")
@@ -163,12 +164,14 @@ def default_cases(*, exact: bool = False, seed: int = DEFAULT_SEED) -> list[Chec
 
     Families: random laws; p = q; disjoint supports; greedy target (temperature 0); zeros in both
     laws; temperature, top-k 2 and top-p targets (where raw and processed laws differ; rational
-    in exact mode), on vocabularies 2-4 with K = 1-3, then random and top-k at V = 12 and 16.
+    in exact mode), on vocabularies 2-4 with K = 1-3, then random and top-k at V = 12 and 16,
+    then point-mass drafts (prompt lookup) at V = 3 and 4.
     """
     gen = np.random.default_rng(seed)
     cases: list[CheckCase] = []
+    laws = CHAIN_FAMILIES[:-1]  # point_mass comes last, from its own generator (below)
     shapes: list[tuple[int, int, Sequence[str]]] = [
-        (v, k, CHAIN_FAMILIES) for v, k in [(2, 1), (3, 1), (3, 2), (4, 2), (3, 3)]
+        (v, k, laws) for v, k in [(2, 1), (3, 1), (3, 2), (4, 2), (3, 3)]
     ]
     shapes += [(12, 1, ("random", "top_k")), (16, 1, ("random",))]
     for vocab, k, families in shapes:
@@ -211,6 +214,23 @@ def default_cases(*, exact: bool = False, seed: int = DEFAULT_SEED) -> list[Chec
                     family=family,
                 )
             )
+    return cases + _point_mass_cases(exact, seed)
+
+
+def _point_mass_cases(exact: bool, seed: int) -> list[CheckCase]:
+    """Drafts whose law is a point mass on the drafted token (prompt lookup, n-grams): q(x) = 1,
+    so acceptance is p(x) and the residual is p without x. V = 3, K = 2 and V = 4, K = 3."""
+    gen = np.random.default_rng(seed + 1)
+    cases = []
+    for vocab, k in [(3, 2), (4, 3)]:
+        target = ToyLM.from_logits(list(gen.normal(0.0, 1.5, size=(3, vocab))), 1.0, salt=1)
+        if exact:
+            target = ToyLM(_fraction_laws(np.stack(target.laws)), salt=1)
+        one = Fraction(1) if exact else 1.0
+        masses = [np.array([one * (i == t) for i in range(vocab)]) for t in (0, 1, vocab - 1)]
+        draft = ToyLM(masses, salt=2)
+        name = f"point_mass-V{vocab}-K{k}"
+        cases.append(CheckCase(name, target, draft, k, family="point_mass"))
     return cases
 
 

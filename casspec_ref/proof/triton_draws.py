@@ -16,8 +16,8 @@ which this module wraps while a check runs:
 
 - ``u < t`` (any of the four orders) with u a uniform: one exact decision, as in torch code;
 - ``w * (1 / E)`` or ``w / E`` with E exponential: a race score, and ``max``/``argmax`` of a block
-  of scores (lanes outside the vocabulary at -inf): one exponential race, a pending token; its
-  maximum compares above any negative threshold (the first block of a running maximum);
+  of scores (lanes outside the vocabulary at -inf or <= 0): one exponential race, a pending
+  token; its maximum compares above any negative threshold (a running maximum's first block);
 - integer arithmetic on a pending token: deferred (the same builder operation, applied to the
   token when it is decided); an integer comparison or an address computed from it decides it.
 
@@ -42,13 +42,13 @@ import numpy as np
 import torch
 
 from casspec_ref.proof.adapters import (
-    _COMPARE,
+    COMPARISONS,
     Draws,
+    DrawVariable,
     LazyDraws,
     PendingDraw,
     Thunk,
     UnfollowableDrawError,
-    _Variable,
 )
 from casspec_ref.proof.enumerate import NotCheckableError
 
@@ -69,7 +69,7 @@ _MAX_ENTRIES = 2**_INDEX_BITS
 class _Draw:
     """A uniform or an exponential of the book; ``inverse`` for ``1 / E``."""
 
-    var: _Variable
+    var: DrawVariable
     inverse: bool = False
 
 
@@ -78,7 +78,7 @@ class _Score:
     """``weight / E`` (or ``weight * (1 / E)``): one lane of an exponential race."""
 
     weight: float
-    var: _Variable
+    var: DrawVariable
 
 
 @dataclass
@@ -129,13 +129,17 @@ def encode(indices: np.ndarray, dtype: np.dtype) -> np.ndarray:
 
 def decode(data: np.ndarray) -> np.ndarray | None:
     """The table entry marked at each element (-1 where plain), or None when nothing is marked."""
+    if data.size == 0:
+        return None
     if data.dtype in (np.float32, np.float64):
-        if not np.isnan(data).any():
+        if not np.isnan(data.min()):  # one pass, no mask: most arrays hold no NaN
             return None
         bits = data.astype(np.float32).view(np.uint32).astype(np.int64)
         marked = np.isnan(data) & ((bits >> _INDEX_BITS) & 0x3F == _TAG)
         out = np.where(marked, bits & (_MAX_ENTRIES - 1), -1)
     elif data.dtype in (np.int32, np.int64):
+        if data.min() > MARK_BASE:
+            return None
         values = data.astype(np.int64)
         marked = (values <= MARK_BASE) & (values > MARK_BASE - _MAX_ENTRIES)
         if not marked.any():
@@ -227,24 +231,24 @@ class _Follow:
     def compare(self, order: str, lhs: Any, rhs: Any) -> Any:
         """``lhs ORDER rhs``, elementwise, where one side holds uniforms or a race's maximum."""
         left, right, lm, rm = _operands(lhs, rhs)
-        out = np.empty(left.shape, dtype=bool)
-        for i in range(left.size):
-            a, b = int(lm.reshape(-1)[i]), int(rm.reshape(-1)[i])
+        with np.errstate(invalid="ignore"):  # the marked lanes' NaNs; each is decided below
+            out = np.asarray(_plain_order(order, left, right), dtype=bool).copy()
+        for i in _marked(lm, rm):
+            a, b = int(lm.flat[i]), int(rm.flat[i])
             if a >= 0 and b >= 0:
                 raise _refuse("two random draws compared")
             if a >= 0:
-                out.reshape(-1)[i] = self.order(order, a, right.reshape(-1)[i], lhs.data.dtype)
-            elif b >= 0:
-                mirror = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}[order]
-                out.reshape(-1)[i] = self.order(mirror, b, left.reshape(-1)[i], rhs.data.dtype)
+                out.flat[i] = self.order(order, a, right.flat[i], rhs.data.dtype)
             else:
-                out.reshape(-1)[i] = _plain_order(order, left.reshape(-1)[i], right.reshape(-1)[i])
+                mirror = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}[order]
+                out.flat[i] = self.order(mirror, b, left.flat[i], lhs.data.dtype)
         import triton.language as tl
 
         return self.handle(out, tl.int1)
 
     def order(self, order: str, index: int, threshold: Any, dtype: np.dtype) -> bool:
-        """``mark ORDER threshold``: one decision for a uniform, a sure answer for a race's top."""
+        """``mark ORDER threshold``: one decision for a uniform, a sure answer for a race's top.
+        ``dtype`` is the threshold's (a float32 one is named in the report's rounding note)."""
         entry = self.entry(index)
         t = float(threshold)
         if isinstance(entry, _Top):
@@ -254,7 +258,7 @@ class _Follow:
         if not isinstance(entry, _Draw) or entry.var.kind != "uniform":
             raise _refuse("an exponential or a race score compared with a number")
         self.book.saw(np.empty(0, dtype=dtype))
-        below, strict = _COMPARE[order]
+        below, strict = COMPARISONS[order]
         if below:
             return self.book.below(entry.var, t, strict)
         return not self.book.below(entry.var, t, not strict)
@@ -265,10 +269,9 @@ class _Follow:
         out = original(builder, lhs, rhs)
         left, right, lm, rm = _operands(lhs, rhs)
         marks = np.full(out.data.shape, -1, dtype=np.int64)
-        for i in range(out.data.size):
-            a, b = int(lm.reshape(-1)[i]), int(rm.reshape(-1)[i])
-            if a < 0 and b < 0:
-                continue
+        self.book.saw(np.empty(0, dtype=out.data.dtype))
+        for i in _marked(lm, rm):
+            a, b = int(lm.flat[i]), int(rm.flat[i])
             # weights * (1 / E) in either order; weights / E with E the divisor
             draw_side, weights = (b, left) if b >= 0 else (a, right)
             draw = self.entry(draw_side)
@@ -277,8 +280,7 @@ class _Follow:
                     f"{op} with a random draw that is not a race score (w / E or w * (1 / E))"
                 )
             assert isinstance(draw, _Draw)
-            weight = float(weights.reshape(-1)[i])
-            marks.reshape(-1)[i] = _add(self.book, _Score(weight, draw.var))
+            marks.flat[i] = _add(self.book, _Score(float(weights.flat[i]), draw.var))
         chosen = marks >= 0
         data = out.data.copy()
         data[chosen] = encode(marks[chosen], data.dtype)
@@ -290,28 +292,8 @@ class _Follow:
             values, axis = values.reshape(-1), 0
         lanes = np.moveaxis(values, axis, -1)
         rows = lanes.reshape(-1, lanes.shape[-1])
-        tops = np.empty(rows.shape[0], dtype=np.int64)
-        tokens = np.empty(rows.shape[0], dtype=np.int64)
-        for r, row in enumerate(rows):
-            marks = decode(np.ascontiguousarray(row))
-            marks = marks if marks is not None else np.full(row.shape, -1)
-            lanes_in = [i for i in range(row.size) if marks[i] >= 0]
-            for i in range(row.size):
-                if marks[i] < 0 and not row[i] == -np.inf:
-                    raise _refuse("max over race scores beside a plain value other than -inf")
-            scores = [self.entry(int(marks[i])) for i in lanes_in]
-            if not all(isinstance(s, _Score) for s in scores):
-                raise _refuse("max or argmax over random draws that are not race scores")
-            weights = np.array([s.weight for s in scores])  # type: ignore[union-attr]
-            variables = [s.var for s in scores]  # type: ignore[union-attr]
-
-            def winner(
-                lanes_in: list[int] = lanes_in, v: list = variables, w: Any = weights
-            ) -> int:
-                return lanes_in[self.book.race(v, w)]
-
-            tokens[r] = _add(self.book, _Token(Thunk(winner)))
-            tops[r] = _add(self.book, _Top())
+        tokens = np.array([self.race_row(np.ascontiguousarray(row)) for row in rows])
+        tops = np.array([_add(self.book, _Top()) for _ in rows])
         shape = lanes.shape[:-1]
         top = encode(tops, values.dtype).reshape(shape)
         index = encode(tokens, np.dtype(np.int32)).reshape(shape)
@@ -319,25 +301,46 @@ class _Follow:
             top, index = np.expand_dims(top, axis), np.expand_dims(index, axis)
         return (top, index) if with_index else (top, None)
 
+    def race_row(self, row: np.ndarray) -> int:
+        """The entry of the pending token that wins one row's race: argmax over lanes of scores
+        ``w / E`` (>= 0) and plain lanes <= 0 (masked lanes), the leftmost of equal maxima."""
+        marks = decode(row)
+        marks = marks if marks is not None else np.full(row.shape, -1)
+        plain = marks < 0
+        if not np.all(row[plain] <= 0):  # NaN fails too
+            raise _refuse("max over race scores beside a plain value above 0")
+        lanes_in = np.flatnonzero(~plain).tolist()
+        scores = [self.entry(int(marks[i])) for i in lanes_in]
+        if not all(isinstance(s, _Score) for s in scores):
+            raise _refuse("max or argmax over random draws that are not race scores")
+        weights = np.array([s.weight for s in scores])  # type: ignore[union-attr]
+        variables = [s.var for s in scores]  # type: ignore[union-attr]
+        ties = sorted(lanes_in + np.flatnonzero(plain & (row == 0)).tolist())
+
+        def winner() -> int:
+            if not (weights > 0).any():  # every score is 0: the leftmost lane holding 0 wins
+                return ties[0]
+            return lanes_in[self.book.race(variables, weights)]
+
+        return _add(self.book, _Token(Thunk(winner)))
+
     # -- deferred integer arithmetic -------------------------------------------------------------
     def deferred(self, original: Callable[..., Any], builder: Any, lhs: Any, rhs: Any) -> Any:
         """Integer arithmetic on a pending token: the same operation, applied when it is decided."""
         out = original(builder, lhs, rhs)
         left, right, lm, rm = _operands(lhs, rhs)
         data = out.data.copy()
-        for i in range(data.size):
-            a, b = int(lm.reshape(-1)[i]), int(rm.reshape(-1)[i])
-            if a < 0 and b < 0:
-                continue
-            x = self._value(left.reshape(-1)[i], a, lhs)
-            y = self._value(right.reshape(-1)[i], b, rhs)
+        for i in _marked(lm, rm):
+            a, b = int(lm.flat[i]), int(rm.flat[i])
+            x = self._value(left.flat[i], a, lhs)
+            y = self._value(right.flat[i], b, rhs)
 
             def apply(x: Callable[[], Any] = x, y: Callable[[], Any] = y) -> int:
                 one = original(builder, x(), y())
                 return int(one.data.reshape(-1)[0])
 
             index = _add(self.book, _Token(Thunk(apply)))
-            data.reshape(-1)[i] = encode(np.array([index]), data.dtype)[0]
+            data.flat[i] = encode(np.array([index]), data.dtype)[0]
         return self.handle(data, out.dtype)
 
     def _value(self, value: Any, mark: int, h: Any) -> Callable[[], Any]:
@@ -369,6 +372,11 @@ def _operands(lhs: Any, rhs: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
     return left, right, lm, rm
 
 
+def _marked(lm: np.ndarray, rm: np.ndarray) -> list[int]:
+    """The flat positions where either operand holds a mark."""
+    return np.flatnonzero((lm >= 0) | (rm >= 0)).tolist()
+
+
 def _races(op: str, draw: _Entry, divisor: bool) -> bool:
     """Whether ``op`` of a weight and ``draw`` is a race score (and on the right side)."""
     if not isinstance(draw, _Draw) or draw.var.kind != "exponential":
@@ -376,8 +384,10 @@ def _races(op: str, draw: _Entry, divisor: bool) -> bool:
     return (op == "mul" and draw.inverse) or (op == "div" and divisor and not draw.inverse)
 
 
-def _plain_order(order: str, a: Any, b: Any) -> bool:
-    return bool({"lt": a < b, "le": a <= b, "gt": a > b, "ge": a >= b}[order])
+def _plain_order(order: str, a: Any, b: Any) -> Any:
+    return {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal}[order](
+        a, b
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -476,6 +486,7 @@ def route_triton(book: Draws) -> Iterator[None]:
 
             patch(builder_type, name, method)
     _patch_reductions(patch, follow, interpreter)
+    _patch_builtin_lookup(patch, interpreter)
     _patch_launch(patch, book, interpreter.GridExecutor)
 
     def outside(*args: Any, **kwargs: Any) -> Any:
@@ -531,6 +542,29 @@ def _patch_reductions(patch: Callable[..., None], follow: _Follow, interpreter: 
 
     patch(interpreter.ReduceOps, "apply_impl", reduce)
     patch(interpreter.ScanOps, "apply_impl", scan)
+
+
+def _patch_builtin_lookup(patch: Callable[..., None], interpreter: Any) -> None:
+    """Speed only: at every launch and every jitted helper's call the interpreter finds a
+    language module's builtins with ``inspect.getmembers``, a third of a check's time; their
+    names are looked up once here, and patched as the interpreter patches them."""
+    import inspect
+
+    import triton.language as tl
+
+    names: dict[int, list[str]] = {}
+    patch_attr = interpreter._patch_attr
+
+    def patch_builtin(pkg: Any, builder: Any, scope: Any) -> None:
+        if id(pkg) not in names:
+            members = inspect.getmembers(pkg)
+            names[id(pkg)] = [n for n, m in members if tl.core.is_builtin(m)]
+        for name in names[id(pkg)]:
+            member = getattr(pkg, name)
+            if tl.core.is_builtin(member):  # not already patched by an enclosing call
+                patch_attr(pkg, name, member, builder, scope)
+
+    patch(interpreter, "_patch_builtin", patch_builtin)
 
 
 def _library_interpreted() -> None:
