@@ -72,10 +72,16 @@ def test_the_sampler_is_lossless_on_every_path() -> None:
     assert report.worst_tv < 1e-12
 
 
-def test_lanes_past_the_vocabulary_may_score_zero() -> None:
-    """A block wider than the vocabulary: lanes past it at -0.0 (``p / q`` with q loaded as -inf
-    there) instead of -inf. They never beat a positive score and tie only an all-zero row."""
-    fn = functools.partial(triton_rejection.rejection_sample, pad_score=-0.0)
+@pytest.mark.parametrize(
+    "variation",
+    [{"pad_score": -0.0}, {"clamp": False}],
+    ids=["lanes past the vocabulary at -0.0", "residual not clamped"],
+)
+def test_variations_that_are_not_bugs_are_lossless(variation: dict) -> None:
+    """Lanes past the vocabulary at -0.0 (``p / q`` with q loaded as -inf there) instead of -inf,
+    and the residual p - q raced without its clamp: a score <= 0 never beats a positive one, and
+    a rejected draft leaves some token with p > q. No false alarm."""
+    fn = functools.partial(triton_rejection.rejection_sample, **variation)
     report = _check(fn, _cases("random-V3-K2", "zeros-V3-K2", "point_mass-V3-K2"))
     assert report.verdict == "LOSSLESS", (report.error, report.traceback)
 

@@ -68,6 +68,7 @@ def recovered_kernel(
     NO_Q: tl.constexpr,
     RESIDUAL_FROM_P: tl.constexpr,
     PAD_SCORE: tl.constexpr,
+    CLAMP: tl.constexpr,
 ):
     """The residual max(p - q, 0) of every draft position, sampled by an exponential race; lanes
     past the vocabulary score PAD_SCORE (-inf, or a value <= 0 that only ties at 0)."""
@@ -85,7 +86,7 @@ def recovered_kernel(
             residual = p
         else:
             q = tl.load(q_ptr + i * vocab + lanes, mask=inside, other=0.0)
-            residual = tl.maximum(p - q, 0.0)
+            residual = tl.maximum(p - q, 0.0) if CLAMP else p - q
         inv_e = tl.load(inv_e_ptr + req * vocab + lanes, mask=inside, other=0.0)
         score = tl.where(inside, residual * inv_e, PAD_SCORE)
         tl.store(rec_ptr + i, tl.argmax(score, axis=0))
@@ -144,9 +145,12 @@ def rejection_sample(
     sampling_metadata: Any,
     bug: str | None = None,
     pad_score: float = float("-inf"),
+    clamp: bool = True,
 ) -> torch.Tensor:
     """Emitted tokens per request, (B, max_spec_len + 1) int32, padded with PLACEHOLDER.
-    ``pad_score``: the race score of lanes past the vocabulary (any value <= 0 is correct)."""
+    Two variations that are not bugs: ``pad_score``, the race score of lanes past the vocabulary
+    (any value <= 0), and ``clamp=False``, the residual p - q raced unclamped (a negative score
+    never beats a positive one, and a rejection leaves some p > q)."""
     if bug is not None and bug not in BUGS:
         raise ValueError(f"unknown bug {bug!r}; known: {', '.join(BUGS)}")
     batch, (n_tokens, vocab) = len(num_draft_tokens), target_probs.shape
@@ -186,6 +190,7 @@ def rejection_sample(
         NO_Q=no_q,
         RESIDUAL_FROM_P=bug == "residual_from_p",
         PAD_SCORE=pad_score,
+        CLAMP=clamp,
     )
     accept_kernel[(batch,)](
         out,

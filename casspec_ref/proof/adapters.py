@@ -1025,8 +1025,10 @@ def route_numpy(rng: RandomSource | None, book: Draws | None = None) -> Iterator
 
 @contextlib.contextmanager
 def route_all(rng: RandomSource | None) -> Iterator[Draws]:
-    """`route_torch`, `route_random` and `route_numpy` together, sharing one book of draws.
-    ``rng`` may be None when every run calls ``book.reset(source)`` first (the checker does)."""
+    """`route_torch`, `route_random` and `route_numpy` together, sharing one book of draws, and
+    `casspec_ref.proof.triton_draws.route_triton` when triton has been imported (the checked
+    code launches Triton kernels). ``rng`` may be None when every run calls
+    ``book.reset(source)`` first (the checker does)."""
     book = Draws(rng)
     with contextlib.ExitStack() as stack:
         stack.enter_context(route_torch(rng, book))

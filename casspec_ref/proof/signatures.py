@@ -222,10 +222,8 @@ def _vllm_v1_arguments(
     point_masses = bool((q[torch.arange(k), drafts.long()] == 1).all())
     greedy = float(inputs.temperature) == 0
     module_globals = getattr(inspect.unwrap(fn), "__globals__", {})
-    greedy_value = getattr(module_globals.get("GREEDY_TEMPERATURE", -1), "value", None)
-    greedy_value = (
-        module_globals.get("GREEDY_TEMPERATURE", -1) if greedy_value is None else greedy_value
-    )
+    greedy_value = module_globals.get("GREEDY_TEMPERATURE", -1)
+    greedy_value = getattr(greedy_value, "value", greedy_value)  # a tl.constexpr holds .value
     temperature = torch.tensor([greedy_value if greedy else 1.0])  # p is processed already
     metadata = VllmV1SamplingMetadata(temperature, greedy, not greedy, {})
     cu = torch.tensor([k], dtype=torch.int32)

@@ -314,13 +314,17 @@ class _Follow:
         if not all(isinstance(s, _Score) for s in scores):
             raise _refuse("max or argmax over random draws that are not race scores")
         weights = np.array([s.weight for s in scores])  # type: ignore[union-attr]
-        variables = [s.var for s in scores]  # type: ignore[union-attr]
-        ties = sorted(lanes_in + np.flatnonzero(plain & (row == 0)).tolist())
+        racing = [i for i, w in enumerate(weights) if w > 0]  # w <= 0 never beats w > 0
+        zeros = [lanes_in[i] for i, w in enumerate(weights) if w == 0]
+        zeros = sorted(zeros + np.flatnonzero(plain & (row == 0)).tolist())
 
         def winner() -> int:
-            if not (weights > 0).any():  # every score is 0: the leftmost lane holding 0 wins
-                return ties[0]
-            return lanes_in[self.book.race(variables, weights)]
+            if racing:
+                variables = [scores[i].var for i in racing]  # type: ignore[union-attr]
+                return lanes_in[racing[self.book.race(variables, weights[racing])]]
+            if zeros:  # no positive score: the leftmost lane holding 0 wins
+                return zeros[0]
+            raise _refuse("argmax over race scores whose weights are all negative")
 
         return _add(self.book, _Token(Thunk(winner)))
 
