@@ -61,6 +61,26 @@ def test_a_float_mark_survives_casts_between_float32_and_float64() -> None:
     assert triton_draws.decode(with_torch).tolist() == [3, 4096]
 
 
+def test_a_marked_operand_beside_keyword_arguments_is_not_passed_through() -> None:
+    """The builder wrapper looks for marks in every argument: a marked positional operand of a
+    call that also has keywords is refused, never computed with as if it were a number."""
+    from triton.runtime.interpreter import TensorHandle
+
+    from casspec_ref.proof.adapters import Draws, UnfollowableDrawError
+
+    book = Draws(None)
+    follow = triton_draws._Follow(book, TensorHandle)
+    marked = TensorHandle(triton_draws.encode(np.array([0]), np.dtype(np.float32)), tl.float32)
+    plain = TensorHandle(np.array([1.0], dtype=np.float32), tl.float32)
+
+    def add(builder, lhs, rhs, **kwargs):  # type: ignore[no-untyped-def]
+        return TensorHandle(lhs.data + rhs.data, lhs.dtype)
+
+    assert follow.call("create_fadd", add, None, (plain, plain), {"flag": 1}).data[0] == 2.0
+    with pytest.raises(UnfollowableDrawError, match="fadd on a random draw"):
+        follow.call("create_fadd", add, None, (marked, plain), {"flag": 1})
+
+
 # ------------------------------------------------------------------ the sampler and its bugs
 def test_the_sampler_is_lossless_on_every_path() -> None:
     """Random rows, zeros in both laws, a top-k target, greedy rows (the greedy kernel, the

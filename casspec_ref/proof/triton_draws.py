@@ -96,13 +96,9 @@ class _Token:
 _Entry = _Draw | _Score | _Top | _Token
 
 
-def _table(book: Draws) -> list[_Entry]:
-    """This run's marks (`Draws.reset` starts a new list)."""
-    return book.marks
-
-
 def _add(book: Draws, entry: _Entry) -> int:
-    table = _table(book)
+    """Put ``entry`` in this run's table of marks (`Draws.reset` starts a new one); its index."""
+    table: list[_Entry] = book.marks
     if len(table) >= _MAX_ENTRIES:
         raise UnfollowableDrawError(f"more than {_MAX_ENTRIES} draws in one run's Triton kernels")
     table.append(entry)
@@ -191,7 +187,7 @@ class _Follow:
         return decode(h.data) if isinstance(h, self.handle) else None
 
     def entry(self, index: int) -> _Entry:
-        return _table(self.book)[index]
+        return self.book.marks[index]
 
     def forced(self, h: Any) -> Any:
         """``h`` with every pending token decided (its use needs the value)."""
@@ -209,10 +205,10 @@ class _Follow:
     def call(
         self, name: str, original: Callable[..., Any], builder: Any, args: tuple, kwargs: dict
     ) -> Any:
-        if kwargs or not any(self.entries(a) is not None for a in args):
-            if any(self.entries(a) is not None for a in kwargs.values()):
-                raise _on_draw(name)
+        if not any(self.entries(a) is not None for a in (*args, *kwargs.values())):
             return original(builder, *args, **kwargs)
+        if kwargs:  # no followed operation takes keywords
+            raise _on_draw(name)
         if name in _MOVES:
             return original(builder, *args)
         if name.startswith("create_fcmp") and name[len("create_fcmp") :] in _FLOAT_ORDER:
