@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from oracle_gallery import float32_chain, textbook_chain
@@ -36,6 +37,7 @@ from casspec_ref.proof import (
     route_all,
     run_check_command,
 )
+from casspec_ref.proof.adapters import PendingDraw, Thunk
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = {"families": ["random"], "vocab": [2, 3], "k": [1, 2]}
@@ -182,6 +184,20 @@ def test_a_draw_into_a_view_of_a_plain_tensor_is_refused_by_name() -> None:
     report = check_verifier(into_view, signature="plain", **SMALL)
     assert report.verdict == "NOT CHECKABLE"
     assert "in-place draw into a view" in (report.error or "")
+
+
+def test_asking_a_pending_tokens_layout_does_not_decide_it() -> None:
+    """vLLM v1 asserts ``bonus_token_ids.is_contiguous()`` before it uses the bonus token: a
+    question about layout must leave the pending draw undecided (decided, it would add a branch
+    per token to every path, used or not)."""
+
+    def decide() -> int:
+        raise AssertionError("the pending token was decided by a layout query")
+
+    bonus = PendingDraw.make(np.array([[Thunk(decide)]], dtype=object))
+    assert bonus.is_contiguous() and bonus.stride() == (1, 1) and bonus.storage_offset() == 0
+    assert bonus.ndimension() == 2 and bonus.get_device() == -1 and bonus.is_signed()
+    assert not bonus.is_complex()
 
 
 # --- rounding, budget, pruning -----------------------------------------------------------------

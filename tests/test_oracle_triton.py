@@ -123,17 +123,83 @@ def test_a_placeholder_in_the_middle_is_a_contract_error() -> None:
     assert "after the first -1" in str(report.violations)
 
 
-def test_seeded_requests_are_checkable_and_lossless() -> None:
-    """A request with its own generator draws its uniforms and exponentials into slices of the
-    batch's tensors (``u[a:b].uniform_(generator=g)``, ``e[i].exponential_(generator=g)``)."""
+@pytest.mark.parametrize("variant", ["vllm-v1-seeded", "vllm-v1-mixed"])
+def test_the_seeded_and_mixed_paths_are_lossless(variant: str) -> None:
+    """``vllm-v1-seeded``: a random request with its own generator draws its uniforms and
+    exponentials into slices of the batch's tensors (``u[a:b].uniform_(generator=g)``,
+    ``e[i].exponential_(generator=g)``); ``vllm-v1-mixed``: both kernels run and the per-request
+    greedy test decides."""
+    cases = _cases("random-V3-K2", "zeros-V3-K2", "greedy-V3-K2", "point_mass-V3-K2")
+    report = check_verifier(triton_rejection.rejection_sample, cases=cases, signature=variant)
+    assert report.verdict == "LOSSLESS", (report.error, report.traceback)
 
-    def seeded(*args):  # type: ignore[no-untyped-def]
-        metadata = args[7]
-        metadata.generators = {0: torch.Generator().manual_seed(1234)}
-        return triton_rejection.rejection_sample(*args)
 
-    report = _check(seeded, _cases("random-V3-K2", "zeros-V3-K2"))
-    assert report.verdict == "LOSSLESS", report
+def test_a_bug_of_the_mixed_path_is_seen_by_the_mixed_variant_only() -> None:
+    """A greedy kernel that also writes random requests' rows leaves its tokens after a random
+    request's shorter output, which only a batch mixing greedy and random requests runs."""
+    fn = functools.partial(triton_rejection.rejection_sample, bug="greedy_kernel_on_every_request")
+    cases = _cases("random-V3-K1")
+    assert check_verifier(fn, cases=cases, signature="vllm-v1").verdict == "LOSSLESS"
+    report = check_verifier(fn, cases=cases, signature="vllm-v1-mixed")
+    assert report.verdict == "CONTRACT ERROR", report
+    assert "not a prefix of the drafts" in str(report.violations)
+
+
+def test_a_bug_is_seen_on_the_seeded_path() -> None:
+    fn = functools.partial(triton_rejection.rejection_sample, bug="shared_uniform")
+    report = check_verifier(fn, cases=_cases("random-V3-K2"), signature="vllm-v1-seeded")
+    assert report.verdict == "NOT LOSSLESS", report
+
+
+# ------------------------------------------------------------------ RejectionSampler.forward
+_FORMS = [triton_rejection.RejectionSampler, triton_rejection.RejectionSamplerBonusIn]
+
+
+@pytest.mark.parametrize("form", _FORMS, ids=["bonus by its sampler", "bonus passed in"])
+def test_both_rejection_sampler_forms_are_lossless_from_logits(form: type) -> None:
+    """The class is built as vLLM builds it (the current form with the oracle's bonus sampler)
+    and its ``forward`` is called with logits: judged at the float32 tolerance by default, as
+    the report says; this sampler computes in float64, so float64's tolerance passes too."""
+    cases = _cases("random-V3-K2", "greedy-V3-K2", "point_mass-V3-K2", "top_k-V4-K2")
+    report = check_verifier(form, cases=cases, signature="vllm-v1")
+    assert report.verdict == "LOSSLESS", (report.error, report.traceback)
+    assert report.tolerance == 1e-5 and any("float32" in n for n in report.notes), report.notes
+    strict = check_verifier(form, cases=cases, signature="vllm-v1", tolerance="float64")
+    assert strict.verdict == "LOSSLESS" and strict.tolerance == 1e-9, strict
+
+
+@pytest.mark.parametrize(
+    ("form", "bug"),
+    [
+        (triton_rejection.RejectionSampler, "bonus_from_a_draft_row"),
+        (triton_rejection.RejectionSampler, "logits_as_probs"),
+        (triton_rejection.RejectionSamplerBonusIn, "logits_as_probs"),
+    ],
+)
+def test_each_planted_forward_bug_is_not_lossless(form: type, bug: str) -> None:
+    """The bonus drawn from a draft row's logits (the oracle's sampler draws from the rows it is
+    handed), and logits passed on as probabilities."""
+    fn = functools.partial(form, bug=bug)
+    report = check_verifier(fn, cases=_cases("random-V3-K2"), signature="vllm-v1")
+    assert report.verdict == "NOT LOSSLESS", (bug, report)
+    assert report.worst_tv > 1e-3
+
+
+def test_the_command_line_checks_a_rejection_sampler_class(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from casspec_ref.proof.checker import run_check_command
+
+    monkeypatch.chdir(Path(__file__).parent)
+    code = run_check_command(
+        "triton_rejection:RejectionSampler",
+        signature="vllm-v1-seeded",
+        families=["random", "point_mass"],
+        vocab=[3],
+    )
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "LOSSLESS" in out and "tolerance 1.0e-05" in out and "[signature vllm-v1-seeded]" in out
 
 
 # ------------------------------------------------------------------ what is not followed

@@ -9,7 +9,9 @@ change. The kernels run in Triton's interpreter (``TRITON_INTERPRET=1``, set bef
 
 from __future__ import annotations
 
+import dataclasses
 import os
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -29,6 +31,14 @@ BUGS = {
     "bonus_from_q": "the bonus token is drawn from the last draft law q, not passed in",
     "placeholder_off_by_one": "the recovered token is written one slot after the rejected draft",
     "shared_uniform": "every position compares the request's first uniform",
+    "greedy_kernel_on_every_request": "the greedy kernel writes random requests' rows too "
+    "(seen only when a batch mixes greedy and random requests)",
+}
+
+#: The planted bugs of the two `RejectionSampler` forms: name -> the one changed line.
+FORWARD_BUGS = {
+    "bonus_from_a_draft_row": "the sampler gets the last draft row's logits, not the bonus row",
+    "logits_as_probs": "the target logits are passed on as if they were probabilities",
 }
 
 
@@ -40,9 +50,11 @@ def _span(cu_ptr, req):
 
 
 @triton.jit
-def greedy_kernel(out_ptr, cu_ptr, draft_ptr, argmax_ptr, bonus_ptr, greedy_ptr, max_spec_len):
+def greedy_kernel(
+    out_ptr, cu_ptr, draft_ptr, argmax_ptr, bonus_ptr, greedy_ptr, max_spec_len, EVERY: tl.constexpr
+):
     req = tl.program_id(0)
-    if tl.load(greedy_ptr + req):
+    if EVERY or tl.load(greedy_ptr + req):
         start, n = _span(cu_ptr, req)
         row = out_ptr + req * (max_spec_len + 1)
         rejected = False
@@ -153,13 +165,22 @@ def rejection_sample(
     never beats a positive one, and a rejection leaves some p > q)."""
     if bug is not None and bug not in BUGS:
         raise ValueError(f"unknown bug {bug!r}; known: {', '.join(BUGS)}")
+    assert bonus_token_ids.is_contiguous()  # a layout query, as vLLM v1 makes: no decision
     batch, (n_tokens, vocab) = len(num_draft_tokens), target_probs.shape
     out = torch.full((batch, max_spec_len + 1), PLACEHOLDER, dtype=torch.int32)
     greedy = sampling_metadata.temperature == GREEDY_TEMPERATURE
     if not sampling_metadata.all_random:
         argmax = target_probs.argmax(dim=-1)
+        every = bug == "greedy_kernel_on_every_request"
         greedy_kernel[(batch,)](
-            out, cu_num_draft_tokens, draft_token_ids, argmax, bonus_token_ids, greedy, max_spec_len
+            out,
+            cu_num_draft_tokens,
+            draft_token_ids,
+            argmax,
+            bonus_token_ids,
+            greedy,
+            max_spec_len,
+            EVERY=every,
         )
         if sampling_metadata.all_greedy:
             return out
@@ -210,3 +231,80 @@ def rejection_sample(
         RECOVERED_SHIFT=1 if bug == "placeholder_off_by_one" else 0,
     )
     return out
+
+
+# ------------------------------------------------------------------ the RejectionSampler forms
+class RejectionSampler(torch.nn.Module):
+    """The sampler as a module, in the form of vLLM v1's current ``RejectionSampler``: built with
+    the ``Sampler`` that draws each request's bonus token from its row after the drafts;
+    ``forward(metadata, draft_probs, logits (num_tokens + B, V), sampling_metadata)`` returns an
+    object whose ``sampled_token_ids`` is the (B, K+1) result."""
+
+    def __init__(self, sampler: Any, bug: str | None = None) -> None:
+        super().__init__()
+        if bug is not None and bug not in FORWARD_BUGS:
+            raise ValueError(f"unknown bug {bug!r}; known: {', '.join(FORWARD_BUGS)}")
+        self.sampler, self.bug = sampler, bug
+
+    def forward(
+        self, metadata: Any, draft_probs: torch.Tensor | None, logits: torch.Tensor, sampling: Any
+    ) -> SimpleNamespace:
+        bonus_rows = metadata.bonus_logits_indices - int(self.bug == "bonus_from_a_draft_row")
+        once = dataclasses.replace(sampling, max_num_logprobs=-1)
+        bonus = self.sampler(logits=logits[bonus_rows], sampling_metadata=once).sampled_token_ids
+        target_logits = logits[metadata.target_logits_indices]
+        out = _sample(metadata, draft_probs, target_logits, bonus, sampling, self.bug)
+        return SimpleNamespace(sampled_token_ids=out)
+
+
+class RejectionSamplerBonusIn(torch.nn.Module):
+    """The earlier form: built with no arguments, ``forward(metadata, draft_probs, target_logits
+    (num_tokens, V), bonus_token_ids (B, 1), sampling_metadata)`` returns the (B, K+1) result."""
+
+    def __init__(self, bug: str | None = None) -> None:
+        super().__init__()
+        if bug is not None and bug not in FORWARD_BUGS:
+            raise ValueError(f"unknown bug {bug!r}; known: {', '.join(FORWARD_BUGS)}")
+        self.bug = bug
+
+    def forward(
+        self,
+        metadata: Any,
+        draft_probs: torch.Tensor | None,
+        target_logits: torch.Tensor,
+        bonus_token_ids: torch.Tensor,
+        sampling: Any,
+    ) -> torch.Tensor:
+        return _sample(metadata, draft_probs, target_logits, bonus_token_ids, sampling, self.bug)
+
+
+def _sample(
+    metadata: Any,
+    draft_probs: torch.Tensor | None,
+    target_logits: torch.Tensor,
+    bonus_token_ids: torch.Tensor,
+    sampling: Any,
+    bug: str | None,
+) -> torch.Tensor:
+    """Both forms' rejection step: the target law from the logits, then `rejection_sample`."""
+    target = target_law(target_logits, metadata, sampling, bug)
+    return rejection_sample(
+        metadata.draft_token_ids,
+        metadata.num_draft_tokens,
+        metadata.max_spec_len,
+        metadata.cu_num_draft_tokens,
+        draft_probs,
+        target,
+        bonus_token_ids,
+        sampling,
+    )
+
+
+def target_law(logits: torch.Tensor, metadata: Any, sampling: Any, bug: str | None) -> torch.Tensor:
+    """Each draft row's target law: the softmax of its logits at its request's temperature
+    (greedy rows keep their logits: only their argmax is read)."""
+    if sampling.all_greedy or bug == "logits_as_probs":
+        return logits
+    per_row = sampling.temperature.repeat_interleave(torch.tensor(metadata.num_draft_tokens))
+    per_row = torch.where(per_row == GREEDY_TEMPERATURE, 1.0, per_row)
+    return torch.softmax(logits / per_row[:, None], dim=-1)

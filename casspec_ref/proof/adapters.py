@@ -322,6 +322,8 @@ _META_GETTERS: set[Any] = {
     + ("is_leaf", "grad_fn")
 }
 _META_OPS = {"size", "dim", "numel", "__len__", "is_floating_point", "element_size", "nelement"}
+_META_OPS |= {"is_contiguous", "stride", "storage_offset", "ndimension", "get_device"}
+_META_OPS |= {"is_complex", "is_signed"}
 _DIV_OPS = {"div", "div_", "__truediv__", "true_divide", "divide"}
 
 

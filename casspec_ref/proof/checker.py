@@ -50,6 +50,7 @@ from typing import Any, Protocol, TextIO
 import numpy as np
 import torch
 
+from casspec_ref.proof import vllm_v1
 from casspec_ref.proof.adapters import Draws, route_all
 from casspec_ref.proof.cases import (
     CHAIN_FAMILIES,
@@ -87,6 +88,7 @@ from casspec_ref.proof.signatures import (
     Signature,
     call_chain,
     get_signature,
+    help_text,
     prepare,
     tokens_of,
 )
@@ -868,7 +870,8 @@ def check_verifier(
     with ``exact=True`` (Fractions). ``families``/``vocab``/``k`` filter the catalogue.
     ``adapters`` routes torch/numpy/`random` draws to the enumeration (`route_all`).
     ``signature`` names the calling convention (`casspec_ref.proof.signatures`): "chain"
-    (``fn(inputs[, rng])``), "plain", "hf" or "vllm-v0".
+    (``fn(inputs[, rng])``), "plain", "hf", "vllm-v0" or "vllm-v1" (and its variants). vLLM v1
+    code that takes logits is judged at the float32 tolerance unless ``tolerance`` is given.
     """
     sig = get_signature(signature)
     if sig.mode != "chain":
@@ -888,12 +891,13 @@ def check_verifier(
         step = functools.partial(_chain_step, prepared[0], sig, prepared[1], sandbox, case)
         return step, ar_law(case.target, case.context, case.draft_length + 1, exact=exact)
 
-    return _run_cases(
+    float32_by_convention = tolerance is None and not exact and vllm_v1.judged_in_float32(fn, sig)
+    report = _run_cases(
         "chain",
         selected,
         build,
         exact=exact,
-        tolerance=tolerance,
+        tolerance="float32" if float32_by_convention else tolerance,
         timeout=timeout,
         adapters=adapters,
         max_paths=max_paths,
@@ -901,6 +905,9 @@ def check_verifier(
         start=start,
         target=fn,
     )
+    if float32_by_convention:
+        report.notes.append(vllm_v1.FLOAT32_NOTE)
+    return report
 
 
 def _check_families(families: Sequence[str] | None, known: Sequence[str], mode: str) -> None:
@@ -1121,7 +1128,7 @@ def add_oracle_arguments(check: Any) -> None:
         choices=list(SIGNATURES),
         default=None,
         help="the calling convention of FUNCTION (default chain; tree as --tree): "
-        + "; ".join(f"{name}: {sig.contract}" for name, sig in SIGNATURES.items()),
+        + "; ".join(f"{name}: {help_text(name)}" for name in SIGNATURES),
     )
     check.add_argument(
         "--option",

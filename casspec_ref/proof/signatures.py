@@ -15,9 +15,12 @@ return convention and quotes the offending value.
 - ``vllm-v1``: vLLM v1's ``rejection_sample(draft_token_ids (K,), num_draft_tokens [K],
   max_spec_len, cu_num_draft_tokens (1,), draft_probs (K, V) or None, target_probs (K, V)
   (``log p`` when the parameter is named ``target_logits``, as in later versions),
-  bonus_token_ids (1, 1), sampling_metadata) -> (1, K+1)``, -1 after the emitted tokens; its
+  bonus_token_ids (1, 1), sampling_metadata) -> (1, K+1)``, -1 after the emitted tokens, or its
+  ``RejectionSampler`` class, whose ``forward`` is called (`casspec_ref.proof.vllm_v1`); its
   Triton kernels run in Triton's interpreter, the draws carried through them
-  (`casspec_ref.proof.triton_draws`). The bonus token is a pending draw, as for v0;
+  (`casspec_ref.proof.triton_draws`). The bonus token is a pending draw, as for v0.
+  ``vllm-v1-seeded`` and ``vllm-v1-mixed`` take the paths of a seeded request and of a batch
+  that mixes greedy and random requests;
 - ``vllm-v0``: vLLM v0's ``RejectionSampler.forward(target_with_bonus_probs (1, K+1, V),
   bonus_token_ids (1, 1), draft_probs (1, K, V), draft_token_ids (1, K)) -> (1, K+1)`` with -1
   after the emitted tokens. The bonus token is the caller's sample from
@@ -41,6 +44,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from casspec_ref.proof import vllm_v1
 from casspec_ref.proof.adapters import PendingDraw, Thunk
 from casspec_ref.sampling import RandomSource
 
@@ -63,6 +67,14 @@ class Signature:
     contract: str
     positional: int  # the arguments the convention passes, before an optional rng
 
+
+#: What each vLLM v1 variant adds to the contract (vllm_v1's module docstring).
+_VARIANT_NOTES = {
+    "vllm-v1": "",
+    "vllm-v1-seeded": "; each random request seeded with its own torch.Generator",
+    "vllm-v1-mixed": "; all_greedy and all_random both false (a batch mixing greedy and random)",
+}
+assert tuple(_VARIANT_NOTES) == vllm_v1.VARIANTS
 
 SIGNATURES = {
     "chain": Signature(
@@ -103,30 +115,30 @@ SIGNATURES = {
         "tensor: the accepted drafts, the recovered or bonus token, then -1",
         4,
     ),
-    "vllm-v1": Signature(
-        "vllm-v1",
-        "chain",
-        "vLLM v1 rejection_sample(draft_token_ids (K,) int32, num_draft_tokens [K], max_spec_len "
-        "K, cu_num_draft_tokens (1,) int32, draft_probs (K, V) or None, target_probs (K, V), "
-        "bonus_token_ids (1, 1), sampling_metadata) returning a (1, K+1) int tensor: the "
-        "accepted drafts, the recovered or bonus token, then -1",
-        8,
-    ),
+    **{
+        name: Signature(
+            name,
+            "chain",
+            "vLLM v1 rejection_sample(draft_token_ids (K,) int32, num_draft_tokens [K], "
+            "max_spec_len K, cu_num_draft_tokens (1,) int32, draft_probs (K, V) or None, "
+            "target_probs (K, V) or target_logits, bonus_token_ids (1, 1), sampling_metadata), "
+            "or a RejectionSampler class (forward(metadata, draft_probs, target_logits, "
+            "bonus_token_ids, sampling_metadata) or forward(metadata, draft_probs, logits "
+            "(K+1, V), sampling_metadata)), returning a (1, K+1) int tensor (or a SamplerOutput "
+            "holding it): the accepted drafts, the recovered or bonus token, then -1" + what,
+            8,
+        )
+        for name, what in _VARIANT_NOTES.items()
+    },
 }
 
 
-@dataclass
-class VllmV1SamplingMetadata:
-    """The fields of vLLM v1's ``SamplingMetadata`` its rejection sampler reads, for one
-    request: ``temperature`` is the greedy constant of the checked module for a greedy row."""
-
-    temperature: torch.Tensor
-    all_greedy: bool
-    all_random: bool
-    generators: dict[int, torch.Generator]
-    top_k: torch.Tensor | None = None
-    top_p: torch.Tensor | None = None
-    max_num_logprobs: int | None = None
+def help_text(name: str) -> str:
+    """The contract of signature ``name`` as the command line's help gives it: a vLLM v1
+    variant by its difference from ``vllm-v1``."""
+    if name in _VARIANT_NOTES and name != "vllm-v1":
+        return "as vllm-v1" + _VARIANT_NOTES[name]
+    return SIGNATURES[name].contract
 
 
 def signature_names() -> list[str]:
@@ -152,13 +164,17 @@ def prepare(fn: Any, signature: Signature) -> tuple[Callable[..., Any], bool]:
         fn = fn()
         if hasattr(fn, "init_gpu_tensors"):
             fn.init_gpu_tensors("cpu", device_type="cpu")
+    positional = signature.positional
+    if signature.name in vllm_v1.VARIANTS:
+        positional = vllm_v1.positional(fn)
+        fn = vllm_v1.instantiate(fn)
     try:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):
         return fn, False  # a builtin or scripted callable: called with the positional arguments
     described = f"{_name(fn)}({', '.join(params)})"
-    probe = [object()] * signature.positional
-    takes_rng = signature.positional == 1 and "rng" in params
+    probe = [object()] * positional
+    takes_rng = positional == 1 and "rng" in params
     try:
         inspect.signature(fn).bind(*probe, *([object()] if takes_rng else []))
     except TypeError as err:
@@ -204,41 +220,12 @@ def call_chain(
         return _hf_tokens(call(fn, ids, candidate_logits, k, new_logits), vocab, signature)
     thunk = Thunk(lambda: int(rng.categorical(inputs.target_probs[k])))
     bonus = PendingDraw.make(np.array([[thunk]], dtype=object))  # (1, 1), drawn where used
-    if signature.name == "vllm-v1":
-        args = _vllm_v1_arguments(fn, inputs, p, q, bonus)
-        return _padded_tokens(call(fn, *args), k, vocab, signature)
+    if signature.name in vllm_v1.VARIANTS:
+        args = vllm_v1.arguments(fn, signature.name, inputs, p, q, bonus, rng)
+        output = vllm_v1.output_tensor(call(fn, *args))
+        return _padded_tokens(output, k, vocab, signature)
     output = call(fn, p[None], bonus, q[None], drafts[None])  # (1, K+1)
     return _padded_tokens(output, k, vocab, signature)
-
-
-def _vllm_v1_arguments(
-    fn: Callable[..., Any], inputs: Any, p: torch.Tensor, q: torch.Tensor, bonus: PendingDraw
-) -> tuple[Any, ...]:
-    """``rejection_sample``'s arguments for one request of K drafts. A draft law that is a point
-    mass on each drafted token is passed as None (vLLM's n-gram path); a greedy step (temperature
-    0) carries the checked module's ``GREEDY_TEMPERATURE`` (-1 when it has none)."""
-    k = len(inputs.draft_tokens)
-    drafts = torch.tensor(inputs.draft_tokens, dtype=torch.int32)
-    point_masses = bool((q[torch.arange(k), drafts.long()] == 1).all())
-    greedy = float(inputs.temperature) == 0
-    module_globals = getattr(inspect.unwrap(fn), "__globals__", {})
-    greedy_value = module_globals.get("GREEDY_TEMPERATURE", -1)
-    greedy_value = getattr(greedy_value, "value", greedy_value)  # a tl.constexpr holds .value
-    temperature = torch.tensor([greedy_value if greedy else 1.0])  # p is processed already
-    metadata = VllmV1SamplingMetadata(temperature, greedy, not greedy, {})
-    cu = torch.tensor([k], dtype=torch.int32)
-    target = p[:k]
-    if _parameter_names(fn)[5:6] == ["target_logits"]:  # later versions take logits
-        with np.errstate(divide="ignore"):
-            target = torch.log(target)  # whose softmax is p
-    return (drafts, [k], k, cu, None if point_masses else q, target, bonus, metadata)
-
-
-def _parameter_names(fn: Callable[..., Any]) -> list[str]:
-    try:
-        return list(inspect.signature(fn).parameters)
-    except (TypeError, ValueError):
-        return []
 
 
 def tokens_of(output: Any, vocab: int, signature: Signature) -> list[int]:
