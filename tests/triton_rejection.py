@@ -242,9 +242,7 @@ class RejectionSampler(torch.nn.Module):
 
     def __init__(self, sampler: Any, bug: str | None = None) -> None:
         super().__init__()
-        if bug is not None and bug not in FORWARD_BUGS:
-            raise ValueError(f"unknown bug {bug!r}; known: {', '.join(FORWARD_BUGS)}")
-        self.sampler, self.bug = sampler, bug
+        self.sampler, self.bug = sampler, _forward_bug(bug)
 
     def forward(
         self, metadata: Any, draft_probs: torch.Tensor | None, logits: torch.Tensor, sampling: Any
@@ -263,9 +261,7 @@ class RejectionSamplerBonusIn(torch.nn.Module):
 
     def __init__(self, bug: str | None = None) -> None:
         super().__init__()
-        if bug is not None and bug not in FORWARD_BUGS:
-            raise ValueError(f"unknown bug {bug!r}; known: {', '.join(FORWARD_BUGS)}")
-        self.bug = bug
+        self.bug = _forward_bug(bug)
 
     def forward(
         self,
@@ -276,6 +272,13 @@ class RejectionSamplerBonusIn(torch.nn.Module):
         sampling: Any,
     ) -> torch.Tensor:
         return _sample(metadata, draft_probs, target_logits, bonus_token_ids, sampling, self.bug)
+
+
+def _forward_bug(bug: str | None) -> str | None:
+    """``bug``, when it is None or one of `FORWARD_BUGS`."""
+    if bug is not None and bug not in FORWARD_BUGS:
+        raise ValueError(f"unknown bug {bug!r}; known: {', '.join(FORWARD_BUGS)}")
+    return bug
 
 
 def _sample(

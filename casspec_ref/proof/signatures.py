@@ -68,14 +68,6 @@ class Signature:
     positional: int  # the arguments the convention passes, before an optional rng
 
 
-#: What each vLLM v1 variant adds to the contract (vllm_v1's module docstring).
-_VARIANT_NOTES = {
-    "vllm-v1": "",
-    "vllm-v1-seeded": "; each random request seeded with its own torch.Generator",
-    "vllm-v1-mixed": "; all_greedy and all_random both false (a batch mixing greedy and random)",
-}
-assert tuple(_VARIANT_NOTES) == vllm_v1.VARIANTS
-
 SIGNATURES = {
     "chain": Signature(
         "chain",
@@ -128,7 +120,7 @@ SIGNATURES = {
             "holding it): the accepted drafts, the recovered or bonus token, then -1" + what,
             8,
         )
-        for name, what in _VARIANT_NOTES.items()
+        for name, what in vllm_v1.VARIANTS.items()
     },
 }
 
@@ -136,8 +128,8 @@ SIGNATURES = {
 def help_text(name: str) -> str:
     """The contract of signature ``name`` as the command line's help gives it: a vLLM v1
     variant by its difference from ``vllm-v1``."""
-    if name in _VARIANT_NOTES and name != "vllm-v1":
-        return "as vllm-v1" + _VARIANT_NOTES[name]
+    if name in vllm_v1.VARIANTS and name != "vllm-v1":
+        return "as vllm-v1" + vllm_v1.VARIANTS[name]
     return SIGNATURES[name].contract
 
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 import functools
 import inspect
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,8 +43,13 @@ import torch
 from casspec_ref.proof.adapters import PendingDraw, Thunk
 from casspec_ref.sampling import RandomSource
 
-#: The signature names of the three metadata variants (module docstring).
-VARIANTS = ("vllm-v1", "vllm-v1-seeded", "vllm-v1-mixed")
+#: The signature names of the three metadata variants (module docstring), each with what it adds
+#: to the contract.
+VARIANTS = {
+    "vllm-v1": "",
+    "vllm-v1-seeded": "; each random request seeded with its own torch.Generator",
+    "vllm-v1-mixed": "; all_greedy and all_random both false (a batch mixing greedy and random)",
+}
 
 #: The seed of a seeded request's generator (any seed gives the same law).
 SEED = 0
@@ -254,14 +259,14 @@ def _sampling_metadata(
     )
 
 
-def _module_globals(fn: Any) -> dict[str, Any]:
+def _module_globals(fn: Any) -> Mapping[str, Any]:
     """The globals of the module that defines ``fn`` (a function, a bound method or a class)."""
     unwrapped = inspect.unwrap(fn.func if isinstance(fn, functools.partial) else fn)
     found = getattr(unwrapped, "__globals__", None)
     if found is None:
         module = sys.modules.get(getattr(unwrapped, "__module__", "") or "")
         found = vars(module) if module is not None else {}
-    return dict(found)
+    return found  # type: ignore[no-any-return]
 
 
 def output_tensor(output: Any) -> Any:
