@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from casspec_ref.base.elementwise import rowwise
-from casspec_ref.base.exact_attention import TreeKeys, exact_attention, tree_keys
+from casspec_ref.base.exact_attention import TokenKeys, attention_alone, token_keys
 from casspec_ref.base.kernels import exact_linear, row_multiple
 from casspec_ref.base.model_checks import check_forward_inputs, check_forward_shapes
 from casspec_ref.config import ModelConfig
@@ -45,22 +45,15 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
     return weight * xs.to(x.dtype)
 
 
-def attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    bias: Tensor | None,
-    tree: TreeKeys | None = None,
-    shape_invariant: bool = True,
-) -> Tensor:
-    """Scaled dot-product attention; ``q (B, H, N, Dh)``, ``k, v (B, H, S, Dh)``, ``bias (N, S)``
-    (0 = may attend, -inf = not; None = every key). The target's rows (``shape_invariant``) run
-    `exact_attention`, whose rows are the same bits at any row count (``tree``: where a tree's
-    tokens find their keys, `tree_keys`); a draft's run the fused kernel, whose summation order
-    depends on N."""
-    if shape_invariant:
-        return exact_attention(q, k, v, bias, tree)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+def attention(q: Tensor, k: Tensor, v: Tensor, keys: TokenKeys | Tensor | None) -> Tensor:
+    """Scaled dot-product attention; ``q (B, H, N, Dh)``, ``k, v (B, H, S, Dh)``. The target's
+    rows (``keys``: which keys each token sees, `token_keys`) run `attention_alone`, one call
+    per token over its own keys: the same bits at any row count. A draft's rows run one fused
+    call under ``keys``, the mask as a bias ``(N, S)`` (0 = may attend, -inf = not; None = every
+    key), whose summation order depends on N."""
+    if isinstance(keys, TokenKeys):
+        return attention_alone(q, k, v, keys)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=keys)
 
 
 def rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
@@ -102,9 +95,9 @@ class Transformer(nn.Module):
         self._derived: dict[object, tuple] = {}
         #: The loader's draft hierarchy for this checkpoint; None = `speculative.default_drafts`.
         self.preset_drafts: tuple[ExecutionPlan, ...] | None = None
-        #: The target's forwards (the identity plan) in the shape-invariant forms of `attention`,
-        #: `exact_linear` (tiled) and `rowwise`: a row's logits do not depend on how many rows
-        #: its forward runs.
+        #: The target's forwards (the identity plan) in the shape-invariant forms of `attention`
+        #: (token by token), `exact_linear` (tiled) and `rowwise`: a row's logits do not depend
+        #: on how many rows its forward runs.
         #: False = the plain forms (fused attention, the fastest product per row count), whose
         #: rounding does. Drafts always run the plain forms: a draft only proposes tokens.
         self.shape_invariant = True
@@ -207,14 +200,16 @@ class Transformer(nn.Module):
         # cached, dropped below).
         rows = n_new + (-n_new % row_multiple(dtype) if exact else 0)
         x = F.pad(x, (0, 0, 0, rows - n_new)) if rows > n_new else x  # (B, T', D)
-        bias, tree = self._keys(attn_mask, n_new, past, dtype, tokens.device, exact)
+        if exact:  # each token's attention alone, over the keys it sees
+            keys: Tensor | TokenKeys | None = token_keys(attn_mask, n_new, past)
+        else:  # every row's in one call, under the mask as a bias
+            keys = self._attention_bias(attn_mask, n_new, past, dtype, tokens.device)
 
         for i in range(n_run):
             p = f"layers.{i}."
             if i not in skip_attention:
                 h = self._norm(x, w, p + "attn_norm")
-                keys = (bias, tree, n_new)
-                x = x + self._attention(h, w, p, i, plan, exact, cache, keys, cos, sin)
+                x = x + self._attention(h, w, p, i, plan, exact, cache, (keys, n_new), cos, sin)
             if i not in skip_mlp:
                 h = self._norm(x, w, p + "mlp_norm")
                 x = x + self._mlp(h, w, p, i, plan, exact)
@@ -225,22 +220,6 @@ class Transformer(nn.Module):
         x = self._norm(x, w, "norm")
         head = w["tok_emb.weight"] if c.tie_embeddings else w["head.weight"]
         return linear(x, head, None, -1, "head", plan, exact)  # (B, T, V)
-
-    def _keys(
-        self,
-        mask: Tensor | None,
-        n_new: int,
-        past: int,
-        dtype: torch.dtype,
-        device: torch.device,
-        exact: bool,
-    ) -> tuple[Tensor | None, TreeKeys | None]:
-        """How the new tokens find their keys: the bias for all rows, ``(G*T, S)``, or, for the
-        target's rows where `tree_keys` finds the causal form will not do, each token's keys."""
-        tree = tree_keys(mask, n_new, past, dtype, device) if exact else None
-        if tree is not None:
-            return None, tree
-        return self._attention_bias(mask, n_new, past, dtype, device), None
 
     def _norm(self, x: Tensor, w: dict[str, Tensor], name: str) -> Tensor:
         c = self.config
@@ -272,17 +251,17 @@ class Transformer(nn.Module):
         plan: ExecutionPlan,
         exact: bool,
         cache: KVCache | None,
-        keys: tuple[Tensor | None, TreeKeys | None, int],
+        keys: tuple[Tensor | TokenKeys | None, int],
         cos: Tensor,
         sin: Tensor,
     ) -> Tensor:
         """Grouped-query attention of block ``layer``: the G query heads that share a KV head
-        are folded into the query axis, so K/V are read from the cache in place. ``keys``: the
-        bias, for a tree's rows in the shape-invariant form the keys' order (`forward`), and
-        the number T of new tokens (``h`` may carry tile padding after them)."""
+        are folded into the query axis, so K/V are read from the cache in place. ``keys``: which
+        keys each token sees (``exact``: `token_keys`, else the mask as a bias), and the number
+        T of new tokens (``h`` may carry tile padding after them)."""
         c = self.config
         n_batch, rows, _ = h.shape
-        bias, tree, n_new = keys
+        seen, n_new = keys
 
         def project(x: Tensor, n: str) -> Tensor:  # the q, k, v or o projection
             weight, b = w[f"{p}attn.{n}.weight"], w.get(f"{p}attn.{n}.bias")
@@ -298,8 +277,10 @@ class Transformer(nn.Module):
             k, v = cache.write(layer, k, v)  # (B, Hkv, S, Dh) views of the cache
             if k.dtype != q.dtype:  # a draft in another precision reads the target's cache
                 k, v = k.to(q.dtype), v.to(q.dtype)
+        elif exact:  # rows of Dh contiguous values, as a cache holds them
+            k, v = k.contiguous(), v.contiguous()
         q = q.reshape(n_batch, c.n_kv_heads, -1, c.head_dim)  # (B, Hkv, G*T, Dh)
-        out = attention(q, k, v, bias, tree, exact)  # (B, Hkv, G*T, Dh)
+        out = attention(q, k, v, seen)  # (B, Hkv, G*T, Dh)
         out = out.reshape(n_batch, c.n_heads, n_new, c.head_dim)  # (B, H, T, Dh)
         out = out.transpose(1, 2).reshape(n_batch, n_new, c.d_model)  # (B, T, D)
         out = F.pad(out, (0, 0, 0, rows - n_new)) if rows > n_new else out  # (B, T', D)

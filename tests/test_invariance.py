@@ -1,5 +1,5 @@
 """The machine check of shape invariance (`casspec_ref.accel.invariance`): it must say no when a
-form or the attention rounds a row by its forward's shape, and yes when they do not.
+form rounds a row by its forward's shape, and yes when it does not.
 
 The forms here are made row-count dependent on purpose (an explicit rounding, the same on every
 machine), so each verdict is fixed: nothing depends on which BLAS this machine has.
@@ -7,7 +7,6 @@ machine), so each verdict is fixed: nothing depends on which BLAS this machine h
 
 from __future__ import annotations
 
-import os
 from functools import partial
 
 import pytest
@@ -93,37 +92,32 @@ def test_ranked_tiles_put_the_naive_loops_cheapest_first_and_prefer_larger_near_
     assert [f.pad_to for f in untimed[:1]] == [4] and untimed[0].base == "linear"
 
 
-def test_attention_agrees_and_says_no_to_an_attention_that_rounds_by_rows(
+def test_attention_across_thread_counts_says_no_to_a_kernel_that_rounds_by_them(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The model's shape-invariant attention passes (causal blocks and token trees, float32 and
-    bfloat16) at the CPU's own level; an attention that perturbs its output when it runs more
-    than four query rows (as a kernel chosen by shape would) fails, alone or behind the tree path.
+    """A fused kernel whose bits follow the thread count (as one that splits the keys between
+    threads would) is refused; one that ignores it is accepted."""
+    real = invariance.F.scaled_dot_product_attention
 
-    With MKL capped below the CPU's level (``MKL_ENABLE_INSTRUCTIONS``, as the dispatch-level
-    runs set it), MKL's float32 product can round a row by the row count even on padded rows; the
-    check then says no, and the forward runs each token's attention alone, whose equality with
-    the naive loop test_shape_invariance.py checks."""
-    capped_mkl = bool(os.environ.get("MKL_ENABLE_INSTRUCTIONS"))
-    for dtype in (torch.float32, torch.bfloat16):
-        agrees = invariance.attention_agrees(dtype, (1,))
-        assert agrees or capped_mkl, f"{dtype} padded attention rounds by rows at the CPU's level"
-    real = invariance.padded_attention
+    def by_threads(q, k, v):  # type: ignore[no-untyped-def]
+        return real(q, k, v) * (1 + 2**-10 * (torch.get_num_threads() - 1))
 
-    def by_rows(q, k, v, bias):  # type: ignore[no-untyped-def]
-        out = real(q, k, v, bias)
-        return out * (1 + 2**-10) if q.shape[-2] * q.shape[:-2].numel() > 4 else out
+    def serial(q, k, v):  # type: ignore[no-untyped-def]
+        with invariance.threads_at(1):
+            return real(q, k, v)
 
-    monkeypatch.setattr(invariance, "padded_attention", by_rows)
-    assert not invariance.attention_agrees(torch.float32, (1,))
+    monkeypatch.setattr(invariance.F, "scaled_dot_product_attention", by_threads)
+    assert not invariance.attention_threads_agree(torch.float32, (1, 2))
+    monkeypatch.setattr(invariance.F, "scaled_dot_product_attention", serial)
+    assert invariance.attention_threads_agree(torch.float32, (1, 2))
 
 
 def test_the_report_says_what_is_missing() -> None:
-    report = invariance.Report(torch.float32, (1, 2), {(8, 16): Form("wxt"), (4, 8): None}, True)
+    report = invariance.Report(torch.float32, (1, 2), {(8, 16): Form("wxt"), (4, 8): None})
     assert not report.complete and report.gaps == "no tile passed for 4x8: row by row"
     report.forms[(4, 8)] = Form("packed")
     report.attention = False
-    assert not report.complete and report.gaps == "attention rounds by shape: token by token"
+    assert not report.complete and report.gaps == "attention rounds by thread count"
     report.attention = True
     assert report.complete and report.gaps == ""
     assert report.as_dict()["forms"] == {"8x16": "wxt", "4x8": "packed"}

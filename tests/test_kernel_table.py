@@ -189,7 +189,7 @@ def test_a_start_beside_busy_cores_checks_at_its_own_count_and_holds_it(
         cache: object,
     ) -> invariance.Report:
         levels_checked.append(levels)
-        return invariance.Report(dtype, levels, attention=True)
+        return invariance.Report(dtype, levels)
 
     monkeypatch.setattr(kernel_table, "check_invariance", fake_check)
     previous = torch.get_num_threads()
@@ -349,8 +349,8 @@ def test_forms_whose_bits_depend_on_the_thread_count_are_never_chosen(
 
 
 def test_switching_threads_is_allowed_only_where_a_forward_keeps_its_bits() -> None:
-    """The thread policy switches counts during a run only if every shape's invariant form and
-    the attention passed the check at 1 and 2 threads (`check_invariance`). Then the target's
+    """The thread policy switches counts during a run only if every shape's invariant form
+    passed the check at 1 and 2 threads (`check_invariance`). Then the target's
     forwards of 1..32 rows (after a prompt run on every thread), and prompt pieces of up to 64
     rows that compute the last row's logits only, must give the same bits on either count;
     where they do not, the check must have said no. A model of SmolLM2's widths, two layers."""
@@ -413,7 +413,6 @@ def test_the_head_is_checked_to_the_rows_its_forwards_compute(
         return Form("wxt")
 
     monkeypatch.setattr(invariance, "invariant_form", fake_form)
-    monkeypatch.setattr(invariance, "attention_agrees", lambda dtype, levels: True)
     shapes = kernel_table.model_shapes(llama)
     head = kernel_table.head_only_shapes(llama)
     assert kernel_table.check_invariance(shapes, torch.float16, (1, 7), None, head).complete
@@ -425,8 +424,8 @@ def test_the_head_is_checked_to_the_rows_its_forwards_compute(
 def test_the_checks_verdicts_are_reached_once_per_machine_and_kept(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """A second process (the in-process memo cleared) reads the tiles and the attention's verdict
-    from the file the first wrote, checking nothing; a file written under another dispatch level
+    """A second process (the in-process memo cleared) reads the tiles' verdicts from the file
+    the first wrote, checking nothing; a file written under another dispatch level
     or damaged is not trusted, and the check runs again."""
     checked: list[tuple[int, int]] = []
 
@@ -440,21 +439,15 @@ def test_the_checks_verdicts_are_reached_once_per_machine_and_kept(
         return None
 
     monkeypatch.setattr(invariance, "invariant_form", fake_form)
-    monkeypatch.setattr(
-        invariance, "attention_agrees", lambda dtype, levels: checked.append((0, 0)) or True
-    )
     monkeypatch.setattr(kernel_table, "_INVARIANT", {})
-    monkeypatch.setattr(kernel_table, "_ATTENTION", {})
     path = tmp_path / "verdicts.json"
     shapes = {(8, 16), (4, 8)}
     first = kernel_table.check_invariance(shapes, torch.float16, (1, 2), cache=path)
-    assert (0, 0) in checked and {(4, 8), (8, 16)} <= set(checked)
-    for memo in (kernel_table._INVARIANT, kernel_table._ATTENTION):
-        memo.clear()
+    assert {(4, 8), (8, 16)} <= set(checked)
+    kernel_table._INVARIANT.clear()
     checked.clear()
     again = kernel_table.check_invariance(shapes, torch.float16, (1, 2), cache=path)
     assert checked == [] and again.forms == first.forms == {(8, 16): Form("wxt", 4), (4, 8): None}
-    assert again.attention
     data = json.loads(path.read_text())
     data["key"]["capability"] = "some other level"
     path.write_text(json.dumps(data))
@@ -467,15 +460,12 @@ def test_the_checks_verdicts_are_reached_once_per_machine_and_kept(
     kernel_table.check_invariance(shapes, torch.float16, (1, 2), cache=path)
     assert {(4, 8), (8, 16)} == set(checked)
     data = json.loads(path.read_text())  # entries of the wrong kind: checked again, no crash
-    data["verdicts"] = {
-        k: (True if isinstance(v, dict) else {"wxt@4": True}) for k, v in data["verdicts"].items()
-    }
+    data["verdicts"] = {k: True for k in data["verdicts"]}
     path.write_text(json.dumps(data))
-    for memo in (kernel_table._INVARIANT, kernel_table._ATTENTION):
-        memo.clear()
+    kernel_table._INVARIANT.clear()
     checked.clear()
     kernel_table.check_invariance(shapes, torch.float16, (1, 2), cache=path)
-    assert (0, 0) in checked and {(4, 8), (8, 16)} <= set(checked)
+    assert {(4, 8), (8, 16)} <= set(checked)
 
 
 def test_the_machine_key_names_the_dispatch_levels(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -228,33 +228,26 @@ def test_smollm2_every_method_equals_the_naive_loop(smollm2, method: str) -> Non
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_where_attention_rounds_by_shape_each_token_runs_alone(
+def test_a_fused_kernel_that_rounds_by_its_rows_cannot_reach_the_targets_rows(
     dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """An attention made to round by its number of rows (as a kernel chosen by shape would): the
-    check fails, and the forward falls back to each token's attention alone, whose rows equal
-    the one-row forwards, causal and tree; without the fall-back they differ."""
-    from casspec_ref.accel import invariance
-    from casspec_ref.base import exact_attention
+    """The fused attention kernel made to round by its number of query rows (as a kernel chosen
+    by shape may): the target's rows still equal the one-row forwards, causal and tree, and
+    cas-spec still equals the naive loop, because each token's call has the naive loop's shape
+    (one token's G query heads). The plain form, one call for all rows, is reached."""
+    real = torch.nn.functional.scaled_dot_product_attention
+    group = HEAD_64["n_heads"] // HEAD_64["n_kv_heads"]  # one token's query rows
 
-    real = exact_attention.padded_attention
+    def by_rows(q, k, v, attn_mask=None):  # type: ignore[no-untyped-def]
+        out = real(q, k, v, attn_mask=attn_mask)
+        return out * (1 + 2**-6) if q.shape[-2] > group else out
 
-    def by_rows(q, k, v, bias):  # type: ignore[no-untyped-def]
-        out = real(q, k, v, bias)
-        return out * (1 + 2**-6) if q.shape[-2] > 4 else out
-
-    monkeypatch.setattr(exact_attention, "padded_attention", by_rows)
-    monkeypatch.setattr(invariance, "padded_attention", by_rows)
-    monkeypatch.setattr(kernel_table, "_ATTENTION", {})
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", by_rows)
     model = _model("llama", 1, dtype=dtype)
-    try:
-        report = kernel_table.check_invariance(kernel_table.model_shapes(model), dtype, (1,))
-        assert not report.attention and dtype in kernels.active_table().attention_alone
-        assert _rows_differing_from_one_row_forwards(model, 1, 12) == 0
-        prompt = [3, 5, 7, 3, 5]
-        want = generate_ar(model, prompt, 16).tokens
-        got = generate_speculative(model, prompt, 16, method="cas-spec", drafts=_drafts(model))
-        assert got.tokens == want
-    finally:
-        kernels.active_table().attention_alone.discard(dtype)
+    assert _rows_differing_from_one_row_forwards(model, 1, 12) == 0
+    prompt = [3, 5, 7, 3, 5]
+    want = generate_ar(model, prompt, 16).tokens
+    got = generate_speculative(model, prompt, 16, method="cas-spec", drafts=_drafts(model))
+    assert got.tokens == want
+    model.shape_invariant = False
     assert _rows_differing_from_one_row_forwards(model, 1, 12) > 0

@@ -20,7 +20,7 @@ The table chooses per row count, for speed. The target's own forwards need more:
 shape whose rows are the same bits at every row count and thread count. `prepare` checks that on
 the machine (`casspec_ref.accel.invariance`, `check_invariance`) and installs the forms that pass
 as the table's ``invariant`` entries; the thread policy may switch counts during a run only when
-every shape and the attention passed.
+every shape passed.
 
 Timings taken under contention are not cached (`contention_reasons`: repeated timings of one
 form that disagree by more than `CONTENTION_FACTOR`, or other processes busy during the
@@ -577,7 +577,7 @@ def prepare(
     table is installed and missing shapes are calibrated (`measure`) and cached, unless the
     timings show contention: then the table serves this process only and is measured again on
     a later start. ``calibrate``: the shapes are measured again. In every mode the shapes'
-    tiles and the attention are then checked (`check_invariance`; nothing is timed,
+    tiles are then checked (`check_invariance`; nothing is timed,
     so a busy machine cannot mislead it). Only CPU tables are prepared; other devices keep the
     defaults. The thread policy may switch counts during a run only if the check passed at each
     count it switches between (`casspec_ref.accel.threads.allow_switching`). A process that
@@ -630,7 +630,6 @@ def _install_measured(wanted: set[tuple[int, int]], dtype: torch.dtype, mode: st
 
 #: Checked tiles of this process: (out, in, dtype, thread counts, rows) -> tile, None = row by row.
 _INVARIANT: dict[tuple[int, int, torch.dtype, tuple[int, ...], int], Form | None] = {}
-_ATTENTION: dict[tuple[torch.dtype, tuple[int, ...]], bool] = {}
 
 
 def check_invariance(
@@ -643,10 +642,11 @@ def check_invariance(
 ) -> invariance.Report:
     """Each shape's tile (in `invariance.ranked_tiles` order by ``table``'s timings; to
     `invariance.HEAD_ROWS` rows for the shapes of ``head_only``, `invariance.FULL_ROWS` for the
-    others) and the attention's check, installed in the active table and kept in
-    `invariance.REPORTS`. Each tile's verdict is reached once per machine (`machine_key`,
-    dispatch levels included) and kept in ``cache`` (a file of `verdicts_path`'s; None: this
-    process only); the order the tiles are tried in comes from this run's timings."""
+    others), installed in the active table, and whether attention keeps its bits across the
+    thread counts; the report is kept in `invariance.REPORTS`. Each tile's verdict is reached
+    once per machine (`machine_key`, dispatch levels included) and kept in ``cache`` (a file of
+    `verdicts_path`'s; None: this process only); the order the tiles are tried in comes from
+    this run's timings."""
     timings = {} if table is None else table.timings_us
     verdicts = _load_verdicts(cache)
     report = invariance.Report(dtype, levels)
@@ -664,23 +664,14 @@ def check_invariance(
         report.forms[(o, i)] = form
         if form is not None:
             active_table().invariant[(o, i, dtype)] = form
-    attention_key = _verdict_key((dtype, levels))
-    if (dtype, levels) not in _ATTENTION:
-        cached = verdicts.get(attention_key)
-        agrees = cached if isinstance(cached, bool) else invariance.attention_agrees(dtype, levels)
-        _ATTENTION[(dtype, levels)] = agrees
-    report.attention = verdicts[attention_key] = _ATTENTION[(dtype, levels)]
-    if report.attention:
-        active_table().attention_alone.discard(dtype)
-    else:  # the batched attention rounds by shape here: each token's runs alone
-        active_table().attention_alone.add(dtype)
+    report.attention = invariance.attention_threads_agree(dtype, levels)  # milliseconds
     _save_verdicts(cache, verdicts)
     invariance.REPORTS[dtype] = report
     return report
 
 
 #: Bumped when the check or the constructions it checks change: older verdicts are not reused.
-CHECK_VERSION = "tiles-2"
+CHECK_VERSION = "tiles-3"
 
 
 def verdicts_path(key: Mapping[str, str] | None = None) -> Path:
@@ -712,9 +703,7 @@ def _load_verdicts(path: Path | None) -> dict[str, object]:
 
 
 def _well_formed(verdict: object) -> bool:
-    """An attention verdict (a bool) or a shape's verdicts by tile (tile name -> bool)."""
-    if isinstance(verdict, bool):
-        return True
+    """A shape's verdicts by tile (tile name -> bool)."""
     return isinstance(verdict, dict) and all(
         isinstance(k, str) and isinstance(v, bool) for k, v in verdict.items()
     )

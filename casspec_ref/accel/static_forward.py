@@ -202,10 +202,23 @@ def _attention(
     if keys.dtype != q.dtype:  # a draft in another precision reads the target's cache
         keys, values = keys.to(q.dtype), values.to(q.dtype)
     q = q.reshape(1, c.n_kv_heads, -1, c.head_dim)  # (1, Hkv, G*W, Dh)
-    out = attention(q, keys, values, bias, shape_invariant=exact)  # (1, Hkv, G*W, Dh)
+    out = attention_by_row(q, keys, values, bias, width)  # (1, Hkv, G*W, Dh)
     out = out.reshape(1, c.n_heads, width, c.head_dim).transpose(1, 2)  # (1, W, H, Dh)
     out = out.reshape(1, width, c.d_model)  # (1, W, D)
     return project(out, "o")
+
+
+def attention_by_row(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, width: int) -> Tensor:
+    """The static path's attention: one fused call per row (a token's G query heads) over all S
+    cache rows under its rows of ``bias (G*W, S)``; ``q (1, Hkv, G*W, Dh)`` with query head g of
+    row i at ``g*W + i``. Every call has one shape in every forward through this path, and a
+    token's heads sit in their call as in a one-token forward's: a fused kernel may round a row
+    by its place among a call's rows (torch's CPU kernel does: two equal rows of one call, two
+    results)."""
+    outs = [
+        attention(q[:, :, i::width].contiguous(), k, v, bias[i::width]) for i in range(width)
+    ]  # W x (1, Hkv, G, Dh)
+    return torch.stack(outs, dim=3).view(q.shape)  # (1, Hkv, G, W, Dh) -> (1, Hkv, G*W, Dh)
 
 
 class StaticModel(Transformer):

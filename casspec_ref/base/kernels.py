@@ -211,9 +211,6 @@ class KernelTable:
     #: (out, in, dtype) -> the form whose rows were checked to be the same bits at every row
     #: count, position and thread count on this machine (`casspec_ref.accel.invariance`).
     invariant: dict[tuple[int, int, torch.dtype], Form] = field(default_factory=dict, kw_only=True)
-    #: The dtypes whose attention the machine's check found rounding a row by its forward's
-    #: shape: there a target forward runs each token's attention alone, as the naive loop does.
-    attention_alone: set[torch.dtype] = field(default_factory=set, kw_only=True)
 
     def form_for(self, out_features: int, in_features: int, dtype: torch.dtype, rows: int) -> Form:
         form = self.forms.get((out_features, in_features, dtype, table_rows(rows)))
