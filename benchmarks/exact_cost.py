@@ -1,5 +1,6 @@
 """What exactness costs, at every dispatch level this CPU has: the target's shape-invariant
-forward (tiled products, attention one token per call, `rowwise`) against the plain one, on SmolLM2-135M.
+forward (tiled products, attention one token per call, `rowwise`) against the plain one, on
+SmolLM2-135M.
 
 For each level (torch, oneDNN and MKL pinned together, as tests/dispatch_levels.py does) and each
 dtype, a process of its own loads the model as a user does (the level's kernel table and check),

@@ -8,6 +8,10 @@ data").
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import SimpleNamespace
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -62,9 +66,42 @@ def rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return x * cos + x.roll(x.shape[-1] // 2, dims=-1) * sin
 
 
+class Weights(SimpleNamespace):
+    """A model's parameters in one dtype, by attribute, in the shape of its module tree:
+    ``w.tok_emb.weight``, ``w.layers[i].attn.q.weight``, ``w.layers[i].mlp_norm.weight``,
+    ``w.norm.weight``, ``w.head.weight`` (`Transformer.weights_in`). An absent bias is None."""
+
+
+@dataclass(frozen=True)
+class ForwardPass:
+    """What every block of one forward reads besides its own weights: the execution plan,
+    whether the rows are the target's (``exact``: the shape-invariant forms), the cache, which
+    keys each new token sees (`token_keys`, or the mask as a bias), the number T of new tokens,
+    and the rotary tables of their positions."""
+
+    plan: ExecutionPlan
+    exact: bool
+    cache: KVCache | None
+    keys: TokenKeys | Tensor | None
+    n_new: int
+    cos: Tensor
+    sin: Tensor
+
+    def linear(self, x: Tensor, weights: Weights, layer: int, name: str) -> Tensor:
+        """`linear` with a layer's ``weights`` (``.weight``, and ``.bias`` where it has one: a
+        tied head is the embedding's) under this pass."""
+        bias = getattr(weights, "bias", None)
+        return linear(x, weights.weight, bias, layer, name, self.plan, self.exact)
+
+    def elementwise(self, fn: Callable[[Tensor], Tensor], x: Tensor) -> Tensor:
+        """``fn(x)``; on the target's rows with no scalar tail (`rowwise`)."""
+        return rowwise(fn, x) if self.exact else fn(x)
+
+
 class Transformer(nn.Module):
     """A decoder-only Transformer of the Llama or GPT-2 family. Its modules only hold the
-    parameters (the loaders' names and layouts); `forward` reads them through `weights_in`."""
+    parameters (the loaders' names and layouts); `forward` reads them, in the compute dtype,
+    through `weights_in`."""
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
@@ -91,7 +128,7 @@ class Transformer(nn.Module):
         if not c.tie_embeddings:
             self.head = nn.Linear(d, c.vocab_size, bias=False)
         # Derived tensors, built on first use, kept until the parameters move or change: per dtype
-        # `weights_in`'s (cast sources, fingerprint, weights), per (dtype, device) `_tables`.
+        # `weights_in`'s (cast sources, fingerprint, `Weights`), per (dtype, device) `_tables`.
         self._derived: dict[object, tuple] = {}
         #: The loader's draft hierarchy for this checkpoint; None = `speculative.default_drafts`.
         self.preset_drafts: tuple[ExecutionPlan, ...] | None = None
@@ -106,19 +143,26 @@ class Transformer(nn.Module):
         #: counts it checked (`casspec_ref.accel.threads.watch`).
         self.prompt_rows: int | None = None
 
-    def weights_in(self, dtype: torch.dtype) -> dict[str, Tensor]:
-        """All parameters by state-dict name, in ``dtype``: the parameters themselves in their
-        own dtype, else copies cast once and kept until a parameter changes."""
+    def weights_in(self, dtype: torch.dtype) -> Weights:
+        """All parameters in ``dtype``, by attribute (`Weights`): the parameters themselves in
+        their own dtype, else copies cast once and kept until a parameter changes."""
         cached = self._derived.get(dtype)
         if cached is not None:
             sources, fingerprint, weights = cached
             if not sources or _fingerprint(sources) == fingerprint:
                 return weights
-        params = list(self.named_parameters())
-        weights = {n: p if p.dtype == dtype else p.detach().to(dtype) for n, p in params}
-        # Parameters in their own dtype are read live; cast copies remember what they copied.
-        cast = [p for n, p in params if weights[n] is not p]
-        self._derived[dtype] = (cast, _fingerprint(cast), weights)
+        copies: dict[int, Tensor] = {}  # id(parameter) -> its copy in dtype (a tied one: once)
+
+        def cast(p: Tensor | None) -> Tensor | None:
+            if p is None or p.dtype == dtype:
+                return p  # in its own dtype a parameter is read live
+            if id(p) not in copies:
+                copies[id(p)] = p.detach().to(dtype)
+            return copies[id(p)]
+
+        weights = _weights_of(self, cast)
+        sources = [p for p in self.parameters() if id(p) in copies]  # what the copies copied
+        self._derived[dtype] = (sources, _fingerprint(sources), weights)
         return weights
 
     def clear_weight_cache(self) -> None:
@@ -190,11 +234,11 @@ class Transformer(nn.Module):
         index, cos, sin = self._tables(dtype, tokens.device)
         if positions is None:
             positions = index[past : past + n_new].expand(n_batch, n_new)  # (B, T)
-        x = w["tok_emb.weight"][tokens]  # (B, T, D)
+        x = w.tok_emb.weight[tokens]  # (B, T, D)
         if c.family == "llama":  # the rotary tables of the positions, (B, 1, T, D_head)
             cos, sin = cos[positions].unsqueeze(1), sin[positions].unsqueeze(1)
         else:  # GPT-2 adds learned positions
-            x = x + w["pos_emb.weight"][positions]
+            x = x + w.pos_emb.weight[positions]
         # The target's products run in whole tiles (`tiled_linear`): its rows are padded here,
         # once, to a multiple of the tiles' rows (padding rows: never attended to, never
         # cached, dropped below).
@@ -205,86 +249,62 @@ class Transformer(nn.Module):
         else:  # every row's in one call, under the mask as a bias
             keys = self._attention_bias(attn_mask, n_new, past, dtype, tokens.device)
 
-        for i in range(n_run):
-            p = f"layers.{i}."
+        fp = ForwardPass(plan, exact, cache, keys, n_new, cos, sin)
+        for i, block in enumerate(w.layers[:n_run]):
             if i not in skip_attention:
-                h = self._norm(x, w, p + "attn_norm")
-                x = x + self._attention(h, w, p, i, plan, exact, cache, (keys, n_new), cos, sin)
+                x = x + self._attention(self._norm(x, block.attn_norm), block.attn, i, fp)
             if i not in skip_mlp:
-                h = self._norm(x, w, p + "mlp_norm")
-                x = x + self._mlp(h, w, p, i, plan, exact)
+                x = x + self._mlp(self._norm(x, block.mlp_norm), block.mlp, i, fp)
 
         if cache is not None:
             cache.advance(n_new)
         x = x[:, n_new - 1 : n_new] if last_only else x[:, :n_new]  # (B, 1 or T, D)
-        x = self._norm(x, w, "norm")
-        head = w["tok_emb.weight"] if c.tie_embeddings else w["head.weight"]
-        return linear(x, head, None, -1, "head", plan, exact)  # (B, T, V)
+        x = self._norm(x, w.norm)
+        return fp.linear(x, w.tok_emb if c.tie_embeddings else w.head, -1, "head")  # (B, T, V)
 
-    def _norm(self, x: Tensor, w: dict[str, Tensor], name: str) -> Tensor:
+    def _norm(self, x: Tensor, norm: Weights) -> Tensor:
+        """RMSNorm (Llama) or LayerNorm (GPT-2) with ``norm``'s weight (and bias)."""
         c = self.config
         if c.family == "llama":
-            return rms_norm(x, w[name + ".weight"], c.norm_eps)
-        return F.layer_norm(x, x.shape[-1:], w[name + ".weight"], w[name + ".bias"], c.norm_eps)
+            return rms_norm(x, norm.weight, c.norm_eps)
+        return F.layer_norm(x, x.shape[-1:], norm.weight, norm.bias, c.norm_eps)
 
-    def _mlp(
-        self, h: Tensor, w: dict[str, Tensor], p: str, layer: int, plan: ExecutionPlan, exact: bool
-    ) -> Tensor:
-        """SwiGLU (Llama) or GELU (GPT-2) MLP of block ``layer`` (``p`` = its name prefix)."""
+    def _mlp(self, h: Tensor, mlp: Weights, layer: int, fp: ForwardPass) -> Tensor:
+        """SwiGLU (Llama) or GELU (GPT-2) MLP of block ``layer``."""
         if self.config.family == "llama":
-            gate = linear(h, w[p + "mlp.gate.weight"], None, layer, "mlp_gate", plan, exact)
-            up = linear(h, w[p + "mlp.up.weight"], None, layer, "mlp_up", plan, exact)
-            h = (rowwise(F.silu, gate) if exact else F.silu(gate)) * up
-            return linear(h, w[p + "mlp.down.weight"], None, layer, "mlp_down", plan, exact)
-        fc_w, fc_b = w[p + "mlp.fc.weight"], w[p + "mlp.fc.bias"]
-        h = linear(h, fc_w, fc_b, layer, "mlp_fc", plan, exact)
-        h = rowwise(_gelu, h) if exact else _gelu(h)
-        proj_w, proj_b = w[p + "mlp.proj.weight"], w[p + "mlp.proj.bias"]
-        return linear(h, proj_w, proj_b, layer, "mlp_proj", plan, exact)
+            gate = fp.linear(h, mlp.gate, layer, "mlp_gate")
+            up = fp.linear(h, mlp.up, layer, "mlp_up")
+            return fp.linear(fp.elementwise(F.silu, gate) * up, mlp.down, layer, "mlp_down")
+        h = fp.linear(h, mlp.fc, layer, "mlp_fc")
+        return fp.linear(fp.elementwise(_gelu, h), mlp.proj, layer, "mlp_proj")
 
-    def _attention(
-        self,
-        h: Tensor,
-        w: dict[str, Tensor],
-        p: str,
-        layer: int,
-        plan: ExecutionPlan,
-        exact: bool,
-        cache: KVCache | None,
-        keys: tuple[Tensor | TokenKeys | None, int],
-        cos: Tensor,
-        sin: Tensor,
-    ) -> Tensor:
+    def _attention(self, h: Tensor, attn: Weights, layer: int, fp: ForwardPass) -> Tensor:
         """Grouped-query attention of block ``layer``: the G query heads that share a KV head
-        are folded into the query axis, so K/V are read from the cache in place. ``keys``: which
-        keys each token sees (``exact``: `token_keys`, else the mask as a bias), and the number
-        T of new tokens (``h`` may carry tile padding after them)."""
+        are folded into the query axis, so K/V are read from the cache in place (``h`` may
+        carry tile padding after the T new tokens' rows)."""
         c = self.config
         n_batch, rows, _ = h.shape
-        seen, n_new = keys
-
-        def project(x: Tensor, n: str) -> Tensor:  # the q, k, v or o projection
-            weight, b = w[f"{p}attn.{n}.weight"], w.get(f"{p}attn.{n}.bias")
-            return linear(x, weight, b, layer, f"attn_{n}", plan, exact)
-
-        q, k, v = (project(h, n)[:, :n_new] for n in "qkv")  # (B, T, D or D_kv)
+        n_new = fp.n_new
+        q = fp.linear(h, attn.q, layer, "attn_q")[:, :n_new]  # (B, T, D)
+        k = fp.linear(h, attn.k, layer, "attn_k")[:, :n_new]  # (B, T, D_kv)
+        v = fp.linear(h, attn.v, layer, "attn_v")[:, :n_new]  # (B, T, D_kv)
         q = q.view(n_batch, n_new, c.n_heads, c.head_dim).transpose(1, 2)  # (B, H, T, Dh)
         k = k.view(n_batch, n_new, c.n_kv_heads, c.head_dim).transpose(1, 2)  # (B, Hkv, T, Dh)
         v = v.view(n_batch, n_new, c.n_kv_heads, c.head_dim).transpose(1, 2)  # (B, Hkv, T, Dh)
         if c.family == "llama":
-            q, k = rope(q, cos, sin), rope(k, cos, sin)
-        if cache is not None:
-            k, v = cache.write(layer, k, v)  # (B, Hkv, S, Dh) views of the cache
+            q, k = rope(q, fp.cos, fp.sin), rope(k, fp.cos, fp.sin)
+        if fp.cache is not None:
+            k, v = fp.cache.write(layer, k, v)  # (B, Hkv, S, Dh) views of the cache
             if k.dtype != q.dtype:  # a draft in another precision reads the target's cache
                 k, v = k.to(q.dtype), v.to(q.dtype)
-        elif exact:  # rows of Dh contiguous values, as a cache holds them
+        elif fp.exact:  # rows of Dh contiguous values, as a cache holds them
             k, v = k.contiguous(), v.contiguous()
         q = q.reshape(n_batch, c.n_kv_heads, -1, c.head_dim)  # (B, Hkv, G*T, Dh)
-        out = attention(q, k, v, seen)  # (B, Hkv, G*T, Dh)
+        out = attention(q, k, v, fp.keys)  # (B, Hkv, G*T, Dh)
         out = out.reshape(n_batch, c.n_heads, n_new, c.head_dim)  # (B, H, T, Dh)
         out = out.transpose(1, 2).reshape(n_batch, n_new, c.d_model)  # (B, T, D)
         out = F.pad(out, (0, 0, 0, rows - n_new)) if rows > n_new else out  # (B, T', D)
-        return project(out, "o")
+        return fp.linear(out, attn.o, layer, "attn_o")
 
     def validate_inputs(
         self,
@@ -317,6 +337,18 @@ class Transformer(nn.Module):
 def _gelu(x: Tensor) -> Tensor:
     """GPT-2's GELU, the tanh approximation."""
     return F.gelu(x, approximate="tanh")
+
+
+def _weights_of(module: nn.Module, cast: Callable[[Tensor | None], Tensor | None]) -> Weights:
+    """``module``'s own parameters (``cast``; an absent bias: None) and its children's, as
+    nested attributes; a `nn.ModuleList`'s children as a list."""
+    weights = Weights(**{name: cast(p) for name, p in module._parameters.items()})
+    for name, child in module.named_children():
+        if isinstance(child, nn.ModuleList):
+            setattr(weights, name, [_weights_of(m, cast) for m in child])
+        else:
+            setattr(weights, name, _weights_of(child, cast))
+    return weights
 
 
 def _fingerprint(params: list[nn.Parameter]) -> tuple[tuple[int, int], ...]:

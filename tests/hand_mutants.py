@@ -139,8 +139,8 @@ MUTANTS = (
     Mutant(
         "early exit through the last block's MLP norm, not the final norm",
         "casspec_ref/model.py",
-        'x = self._norm(x, w, "norm")',
-        'x = self._norm(x, w, "norm" if n_run == c.n_layers else f"layers.{n_run - 1}.mlp_norm")',
+        "x = self._norm(x, w.norm)",
+        "x = self._norm(x, w.norm if n_run == c.n_layers else w.layers[n_run - 1].mlp_norm)",
         ("tests/test_dsia.py", "tests/test_model.py"),
     ),
     Mutant(

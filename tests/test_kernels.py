@@ -377,10 +377,11 @@ def test_hot_path_weights_are_the_parameters_collected_once() -> None:
     model = _tiny_model()
     w = model.weights_in(torch.float64)
     assert model.weights_in(torch.float64) is w
-    assert w["norm.weight"] is model.norm.weight  # no copy in the model's own dtype
+    assert w.norm.weight is model.norm.weight  # no copy in the model's own dtype
+    assert w.layers[1].attn.q.weight is model.layers[1].attn.q.weight
     model.to(torch.float32)  # .to() drops the collected weights
     w32 = model.weights_in(torch.float32)
-    assert w32 is not w and w32["norm.weight"].dtype == torch.float32
+    assert w32 is not w and w32.norm.weight.dtype == torch.float32
 
 
 @pytest.mark.real_model

@@ -35,7 +35,7 @@ import torch
 from torch import Tensor, nn
 
 from casspec_ref.kv_cache import KVCache
-from casspec_ref.model import Transformer, attention, linear, rope
+from casspec_ref.model import ForwardPass, Transformer, Weights, attention, rope
 from casspec_ref.plan import IDENTITY, ExecutionPlan
 
 
@@ -143,69 +143,57 @@ def fixed_shape_forward(
     model: Transformer, b: _Buffers, cache: KVCache, plan: ExecutionPlan
 ) -> Tensor:
     """`Transformer.forward` over the buffers' W rows against all ``max_len`` cache rows; the
-    same layer code (`linear`, `rope`, `attention`), the plan read as the model reads it."""
+    same layer code (`ForwardPass.linear`, `rope`, `attention`), the plan read as the model
+    reads it."""
     c = model.config
     dtype = model.tok_emb.weight.dtype if plan.compute_dtype is None else plan.compute_dtype
     n_run = c.n_layers if plan.exit_after is None else plan.exit_after
     exact = model.shape_invariant and plan.is_identity  # as `Transformer.forward` decides
     w = model.weights_in(dtype)
     _, cos, sin = model._tables(dtype, b.tokens.device)
-    x = w["tok_emb.weight"][b.tokens]  # (1, W, D)
+    x = w.tok_emb.weight[b.tokens]  # (1, W, D)
     if c.family == "llama":
         cos, sin = cos[b.positions].unsqueeze(1), sin[b.positions].unsqueeze(1)  # (1, 1, W, Dh)
     else:
-        x = x + w["pos_emb.weight"][b.positions]
+        x = x + w.pos_emb.weight[b.positions]
     bias = torch.zeros(b.mask.shape, dtype=dtype, device=x.device).masked_fill_(~b.mask, -torch.inf)
     bias = bias.repeat(c.n_heads // c.n_kv_heads, 1)  # (G*W, S)
-    for i in range(n_run):
-        p = f"layers.{i}."
+    fp = ForwardPass(plan, exact, cache, bias, b.tokens.shape[1], cos, sin)
+    for i, block in enumerate(w.layers[:n_run]):
         if i not in plan.skip_attention:
-            h = model._norm(x, w, p + "attn_norm")
-            x = x + _attention(model, h, w, p, i, plan, exact, cache, b.slots, bias, (cos, sin))
+            x = x + _attention(model, model._norm(x, block.attn_norm), block.attn, i, fp, b.slots)
         if i not in plan.skip_mlp:
-            x = x + model._mlp(model._norm(x, w, p + "mlp_norm"), w, p, i, plan, exact)
-    x = model._norm(x, w, "norm")
-    head = w["tok_emb.weight"] if c.tie_embeddings else w["head.weight"]
-    return linear(x, head, None, -1, "head", plan, exact)  # (1, W, V)
+            x = x + model._mlp(model._norm(x, block.mlp_norm), block.mlp, i, fp)
+    x = model._norm(x, w.norm)
+    return fp.linear(x, w.tok_emb if c.tie_embeddings else w.head, -1, "head")  # (1, W, V)
 
 
 def _attention(
-    model: Transformer,
-    h: Tensor,
-    w: dict[str, Tensor],
-    p: str,
-    layer: int,
-    plan: ExecutionPlan,
-    exact: bool,
-    cache: KVCache,
-    slots: Tensor,
-    bias: Tensor,
-    rotary: tuple[Tensor, Tensor],
+    model: Transformer, h: Tensor, attn: Weights, layer: int, fp: ForwardPass, slots: Tensor
 ) -> Tensor:
-    """`Transformer._attention` with the new K/V written at ``slots`` and all cache rows read."""
+    """`Transformer._attention` with the new K/V written at ``slots`` and all cache rows read
+    under ``fp.keys``, the mask as a bias."""
     c = model.config
     width = h.shape[1]
-
-    def project(x: Tensor, n: str) -> Tensor:  # the q, k, v or o projection
-        weight, b = w[f"{p}attn.{n}.weight"], w.get(f"{p}attn.{n}.bias")
-        return linear(x, weight, b, layer, f"attn_{n}", plan, exact)
-
-    q, k, v = project(h, "q"), project(h, "k"), project(h, "v")
+    q = fp.linear(h, attn.q, layer, "attn_q")
+    k = fp.linear(h, attn.k, layer, "attn_k")
+    v = fp.linear(h, attn.v, layer, "attn_v")
     q = q.view(1, width, c.n_heads, c.head_dim).transpose(1, 2)  # (1, H, W, Dh)
     k = k.view(1, width, c.n_kv_heads, c.head_dim).transpose(1, 2)  # (1, Hkv, W, Dh)
     v = v.view(1, width, c.n_kv_heads, c.head_dim).transpose(1, 2)  # (1, Hkv, W, Dh)
     if c.family == "llama":
-        q, k = rope(q, *rotary), rope(k, *rotary)
-    keys, values = cache.k[layer], cache.v[layer]  # (1, Hkv, S, Dh), the whole buffer
+        q, k = rope(q, fp.cos, fp.sin), rope(k, fp.cos, fp.sin)
+    assert fp.cache is not None and isinstance(fp.keys, Tensor)  # its cache, the mask's bias
+    keys, values = fp.cache.k[layer], fp.cache.v[layer]  # (1, Hkv, S, Dh), the whole buffer
     keys.index_copy_(2, slots, k.to(keys.dtype))
     values.index_copy_(2, slots, v.to(values.dtype))
     if keys.dtype != q.dtype:  # a draft in another precision reads the target's cache
         keys, values = keys.to(q.dtype), values.to(q.dtype)
     q = q.reshape(1, c.n_kv_heads, -1, c.head_dim)  # (1, Hkv, G*W, Dh)
-    out = attention_by_row(q, keys, values, bias, width)  # (1, Hkv, G*W, Dh)
+    out = attention_by_row(q, keys, values, fp.keys, width)  # (1, Hkv, G*W, Dh)
     out = out.reshape(1, c.n_heads, width, c.head_dim).transpose(1, 2)  # (1, W, H, Dh)
     out = out.reshape(1, width, c.d_model)  # (1, W, D)
-    return project(out, "o")
+    return fp.linear(out, attn.o, layer, "attn_o")
 
 
 def attention_by_row(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, width: int) -> Tensor:
