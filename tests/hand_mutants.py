@@ -185,6 +185,20 @@ MUTANTS = (
         "if True:",
         ("tests/test_elementwise.py",),
     ),
+    Mutant(
+        "attention: a tree token reads its ancestors where the tree wrote them, among siblings",
+        "casspec_ref/base/exact_attention.py",
+        "if moved is not None:",
+        "if False:",
+        ("tests/test_shape_invariance.py",),
+    ),
+    Mutant(
+        "attention: a tree's new K/V left in a token's order, not put back in node order",
+        "casspec_ref/base/exact_attention.py",
+        "k[:, :, low:], v[:, :, low:] = saved",
+        "pass",
+        ("tests/test_kv_cache.py",),
+    ),
 )
 
 
