@@ -113,7 +113,7 @@ def test_attention_across_thread_counts_says_no_to_a_kernel_that_rounds_by_them(
 
 
 def test_the_report_says_what_is_missing() -> None:
-    report = invariance.Report(torch.float32, (1, 2), {(8, 16): Form("wxt"), (4, 8): None})
+    report = invariance.Report(torch.float32, (1, 2), {(8, 16): Form("wxt"), (4, 8): None}, True)
     assert not report.complete and report.gaps == "no tile passed for 4x8: row by row"
     report.forms[(4, 8)] = Form("packed")
     report.attention = False

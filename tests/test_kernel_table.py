@@ -189,7 +189,7 @@ def test_a_start_beside_busy_cores_checks_at_its_own_count_and_holds_it(
         cache: object,
     ) -> invariance.Report:
         levels_checked.append(levels)
-        return invariance.Report(dtype, levels)
+        return invariance.Report(dtype, levels, attention=True)
 
     monkeypatch.setattr(kernel_table, "check_invariance", fake_check)
     previous = torch.get_num_threads()

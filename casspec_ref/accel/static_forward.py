@@ -34,6 +34,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from casspec_ref.base.exact_attention import each_token
 from casspec_ref.kv_cache import KVCache
 from casspec_ref.model import ForwardPass, Transformer, Weights, attention, rope
 from casspec_ref.plan import IDENTITY, ExecutionPlan
@@ -203,10 +204,7 @@ def attention_by_row(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, width: int) 
     token's heads sit in their call as in a one-token forward's: a fused kernel may round a row
     by its place among a call's rows (torch's CPU kernel does: two equal rows of one call, two
     results)."""
-    outs = [
-        attention(q[:, :, i::width].contiguous(), k, v, bias[i::width]) for i in range(width)
-    ]  # W x (1, Hkv, G, Dh)
-    return torch.stack(outs, dim=3).view(q.shape)  # (1, Hkv, G, W, Dh) -> (1, Hkv, G*W, Dh)
+    return each_token(q, width, lambda i, query: attention(query, k, v, bias[i::width]))
 
 
 class StaticModel(Transformer):

@@ -19,6 +19,7 @@ the new rows are put back in node order.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -73,22 +74,28 @@ def attention_alone(q: Tensor, k: Tensor, v: Tensor, keys: TokenKeys) -> Tensor:
     Returns:
         ``(B, Hkv, G*T, Dh)``.
     """
-    n_batch, heads, rows, head_dim = q.shape
-    tokens, low = len(keys.counts), keys.low
-    # (B, Hkv, T, G, Dh): token i's G query heads contiguous, as the naive loop's query is
-    by_token = q.view(n_batch, heads, rows // tokens, tokens, head_dim).transpose(2, 3)
-    by_token = by_token.contiguous()
+    low = keys.low
     saved = (k[:, :, low:].clone(), v[:, :, low:].clone()) if low < k.shape[-2] else (k, v)
-    outs = []
-    for i, count in enumerate(keys.counts):
-        moved = keys.moved[i]
+
+    def attend(i: int, query: Tensor) -> Tensor:
+        count, moved = keys.counts[i], keys.moved[i]
         if moved is not None:  # its keys, in order, where the naive loop's cache holds them
             k[:, :, low:count] = saved[0][:, :, moved]
             v[:, :, low:count] = saved[1][:, :, moved]
-        outs.append(
-            F.scaled_dot_product_attention(by_token[:, :, i], k[:, :, :count], v[:, :, :count])
-        )
+        return F.scaled_dot_product_attention(query, k[:, :, :count], v[:, :, :count])
+
+    out = each_token(q, len(keys.counts), attend)
     if low < k.shape[-2]:
         k[:, :, low:], v[:, :, low:] = saved  # the new rows back in node order
-    out = torch.stack(outs, dim=3)  # (B, Hkv, G, T, Dh)
-    return out.view(n_batch, heads, rows, head_dim)
+    return out
+
+
+def each_token(q: Tensor, tokens: int, attend: Callable[[int, Tensor], Tensor]) -> Tensor:
+    """``attend(i, q_i)`` for each token i in order, ``q_i (B, Hkv, G, Dh)`` its G query heads
+    with its rows contiguous, as the naive loop's query holds them; the results folded back
+    into ``q``'s layout ``(B, Hkv, G*T, Dh)``, query head g of token i at row ``g*T + i``."""
+    n_batch, heads, rows, head_dim = q.shape
+    by_token = q.view(n_batch, heads, rows // tokens, tokens, head_dim).transpose(2, 3)
+    by_token = by_token.contiguous()  # (B, Hkv, T, G, Dh)
+    outs = [attend(i, by_token[:, :, i]) for i in range(tokens)]  # T x (B, Hkv, G, Dh)
+    return torch.stack(outs, dim=3).view(q.shape)  # (B, Hkv, G, T, Dh) -> (B, Hkv, G*T, Dh)
