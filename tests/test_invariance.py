@@ -82,14 +82,42 @@ def test_a_tile_whose_rows_round_by_their_place_in_it_fails_the_check(
 def test_ranked_tiles_put_the_naive_loops_cheapest_first_and_prefer_larger_near_ties() -> None:
     """Timed: the cheapest one call first; a tile within `NEAR_TIE` of it but larger goes before
     it (a verify forward needs fewer calls); untimed tiles last, four rows before eight and
-    two. Every candidate is a tile (R >= 2)."""
+    two. Every candidate is a tile (R >= 2), except in float32 the one-row products, tried
+    before every tile where the caller allows them (not for the LM head)."""
     timings = {2: {"wxt": 10.0, "linear": 30.0}, 4: {"wxt": 10.4}, 8: {"split": 12.0}}
-    ranked = invariance.ranked_tiles(torch.float32, timings)
+    ranked = invariance.ranked_tiles(torch.float32, timings, one_row_products=False)
     assert [str(f) for f in ranked[:5]] == ["wxt@4", "wxt@2", "split@8", "linear@2", "linear@4"]
     assert all(f.pad_to in kernels.TILE_ROWS for f in ranked)
     assert len(ranked) == len(kernels.TILE_ROWS) * len(kernels.base_forms(torch.float32))
-    untimed = invariance.ranked_tiles(torch.float32)
+    untimed = invariance.ranked_tiles(torch.float32, one_row_products=False)
     assert [f.pad_to for f in untimed[:1]] == [4] and untimed[0].base == "linear"
+    assert invariance.ranked_tiles(torch.float32, timings) == [kernels.ROWS, *ranked]
+    bf16 = invariance.ranked_tiles(torch.bfloat16, timings)
+    assert kernels.ROWS not in bf16 and all(f.pad_to in kernels.TILE_ROWS for f in bf16)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(12, 40), (13, 40)])
+def test_one_row_products_are_the_product(shape: tuple[int, int], dtype: torch.dtype) -> None:
+    """`kernels.one_row_products` computes ``x W^T + b`` (against float64) for one row (its two
+    halves of outputs, or all outputs where they are odd), for blocks of rows, and for a weight
+    that is not contiguous; `tiled_linear` hands it the ``ROWS`` tile whole. Whether a row keeps
+    its bits alone and among others is the library's to keep and the check's to confirm per
+    shape (on these tiny shapes it may not: the check then picks a tile)."""
+    gen = torch.Generator().manual_seed(3)
+    w = torch.randn(*shape, generator=gen).to(dtype)
+    b = torch.randn(shape[0], generator=gen).to(dtype)
+    x = torch.randn(10, shape[1], generator=gen).to(dtype)
+    strided = torch.randn(shape[1], shape[0], generator=gen).to(dtype).T  # (out, in), a view
+    tol = 1e-4 if dtype == torch.float32 else 0.05
+    for weight, bias in ((w, b), (strided, None)):
+        want = x.double() @ weight.double().T + (0 if bias is None else bias.double())
+        for n in (1, 2, 10):
+            got = kernels.one_row_products(x[:n], weight, bias)
+            assert got.dtype == dtype and got.shape == (n, shape[0])
+            assert torch.allclose(got.double(), want[:n], atol=tol * shape[1] ** 0.5, rtol=tol)
+    via_tile = kernels.tiled_linear(kernels.ROWS, x[None], w, b)
+    assert torch.equal(via_tile, kernels.one_row_products(x, w, b)[None])
 
 
 def test_attention_across_thread_counts_says_no_to_a_kernel_that_rounds_by_them(

@@ -415,7 +415,8 @@ def test_the_head_is_checked_to_the_rows_its_forwards_compute(
     monkeypatch.setattr(invariance, "invariant_form", fake_form)
     shapes = kernel_table.model_shapes(llama)
     head = kernel_table.head_only_shapes(llama)
-    assert kernel_table.check_invariance(shapes, torch.float16, (1, 7), None, head).complete
+    report = kernel_table.check_invariance(shapes, torch.float16, (1, 7), None, head)
+    assert all(form is not None for form in report.forms.values())  # (attention: this CPU's)
     assert rows_of == {
         s: invariance.HEAD_ROWS if s in head else invariance.FULL_ROWS for s in shapes
     }

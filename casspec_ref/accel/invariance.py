@@ -20,9 +20,10 @@ up to the block's, each at a random offset (so at every place in a tile), are co
 every thread count the thread policy may use; the tile passes if every window's rows equal the
 whole block's bit for bit. A kernel's order of additions is chosen from the shapes and the thread
 count, never from the values, so one random sample of each shape decides. Tiles are tried in
-`ranked_tiles` order (the naive loop's cost first) and the first that passes is the shape's
-tile; a shape where none passes runs row by row (`kernels.ROW_BY_ROW`), invariant without a
-check, and the report says so.
+`ranked_tiles` order (in float32 the one-row products, `kernels.ROWS`, first: the same check
+then confirms that the library keeps each problem of a batched call to itself; then the naive
+loop's cost first) and the first that passes is the shape's tile; a shape where none passes
+runs row by row (`kernels.ROW_BY_ROW`), invariant without a check, and the report says so.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 
-from casspec_ref.base.kernels import TILE_ROWS, Form, base_forms, tiled_linear
+from casspec_ref.base.kernels import ROWS, TILE_ROWS, Form, base_forms, tiled_linear
 
 #: The row counts checked: every count up to `FULL_ROWS`, from the naive loop's one row to a
 #: prompt's piece while the thread policy may switch counts (`threads.PROMPT_ROWS`). The LM
@@ -117,13 +118,19 @@ UNTIMED_ROWS = (4, 8, 2)
 
 
 def ranked_tiles(
-    dtype: torch.dtype, timings_us: Mapping[int, Mapping[str, float]] | None = None
+    dtype: torch.dtype,
+    timings_us: Mapping[int, Mapping[str, float]] | None = None,
+    one_row_products: bool = True,
 ) -> list[Form]:
     """Every tile ``base@R`` (R in `TILE_ROWS`, base in `base_forms`), in the order the check
     tries them. ``timings_us``: microseconds per call of each base form at R rows (the kernel
     table's timings), i.e. what one product of the naive loop costs in that tile. The cheapest
     first; tiles within `NEAR_TIE` of the cheapest go first, largest R first. Untimed tiles
-    follow in `UNTIMED_ROWS` order."""
+    follow in `UNTIMED_ROWS` order. In float32, with ``one_row_products``, the one-row-products
+    construction (`kernels.ROWS`) comes before every tile: its naive-loop product is the fast
+    matrix-vector kernel itself, where any tile of R > 1 rows costs 1.5-3x that (measured:
+    docs/floating_point.md). The caller leaves it out for the LM head, whose weight does not
+    stay in the cache between the rows of a verify forward."""
     tiles = [Form(f.base, r) for r in UNTIMED_ROWS for f in base_forms(dtype) if r in TILE_ROWS]
     cost = {t: (timings_us or {}).get(t.pad_to, {}).get(t.base, float("inf")) for t in tiles}
     cheapest = min(cost.values())
@@ -131,7 +138,7 @@ def ranked_tiles(
     rest = [t for t in tiles if t not in near]
     near.sort(key=lambda t: (-t.pad_to, cost[t]))
     rest.sort(key=lambda t: cost[t])  # stable: the untimed keep their order
-    return near + rest
+    return ([ROWS] if one_row_products and dtype == torch.float32 else []) + near + rest
 
 
 def attention_threads_agree(dtype: torch.dtype, levels: Iterable[int]) -> bool:

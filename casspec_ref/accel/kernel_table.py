@@ -655,7 +655,7 @@ def check_invariance(
         key = (o, i, dtype, levels, rows)
         if key not in _INVARIANT:
             tile_timings = {r: timings.get((o, i, dtype, r), {}) for r in TILE_ROWS}
-            ranked = invariance.ranked_tiles(dtype, tile_timings)
+            ranked = invariance.ranked_tiles(dtype, tile_timings, (o, i) not in head_only)
             known = verdicts.get(_verdict_key(key))
             if not isinstance(known, dict):  # none yet, or a file's entry of the wrong kind
                 known = verdicts[_verdict_key(key)] = {}
@@ -671,7 +671,7 @@ def check_invariance(
 
 
 #: Bumped when the check or the constructions it checks change: older verdicts are not reused.
-CHECK_VERSION = "tiles-3"
+CHECK_VERSION = "tiles-4"
 
 
 def verdicts_path(key: Mapping[str, str] | None = None) -> Path:

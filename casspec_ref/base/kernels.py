@@ -37,9 +37,10 @@ additions for every call: that is invariant by construction. What a construction
 whether a row's bits depend on its place inside the tile; every blocked matrix kernel computes
 the rows of one register block alike, and the machine's check confirms it per weight shape
 (`casspec_ref.accel.invariance`), choosing each shape's tile (base form and R) and keeping it in
-the table's ``invariant`` entries. A shape without a checked tile runs one row per call
-(`ROW_BY_ROW`): every call the same one-row shape, invariant without any check
-(docs/floating_point.md).
+the table's ``invariant`` entries. In float32 the check first tries one-row products (`ROWS`,
+`one_row_products`): every row its own problem of one batched call, so the naive loop keeps the
+one-row kernel's speed. A shape without a checked tile runs one row per call (`ROW_BY_ROW`):
+every call the same one-row shape, invariant without any check (docs/floating_point.md).
 """
 
 from __future__ import annotations
@@ -102,6 +103,9 @@ TILE_ROWS = (2, 4, 8)
 #: The construction of a shape no check has covered: one row per call, in the dtype's one-row
 #: form (`default_form`). Every call has the one-row shape, so no check is needed.
 ROW_BY_ROW = None
+#: The one-row-products construction (`one_row_products`): each row multiplied by the weight on
+#: its own, all rows in one batched call; what the check tries first in float32.
+ROWS = Form("rows")
 
 
 def default_form(dtype: torch.dtype, rows: int) -> Form:
@@ -278,6 +282,8 @@ def tiled_linear(
     Returns:
         ``(..., out)``.
     """
+    if tile == ROWS:
+        return one_row_products(x, weight, bias)
     call, size = _tile_call(tile, x.dtype)
     rows = x.reshape(-1, x.shape[-1])  # (N, in)
     n = rows.shape[0]
@@ -293,6 +299,37 @@ def tiled_linear(
         tiles = [apply_form(call, rows[s : s + size], weight, bias) for s in range(0, n, size)]
         out = torch.cat(tiles)[:n]  # (N, out)
     return out.reshape(*x.shape[:-1], weight.shape[0])  # (..., out)
+
+
+def one_row_products(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
+    """``x @ weight.T + bias`` as one-row products (`ROWS`): one batched call (``torch.bmm``)
+    whose every problem is one row times ``weight.T``, a ``(1, in) x (in, out)`` product; a
+    single row is cut into its two halves of outputs instead, two problems, so that two threads
+    share the weight's read as the naive loop's fastest product does (`split`). Each output is
+    one dot product of a row and a weight row, and a problem's kernel sums it in an order fixed
+    by ``in``: no other row, no row count enters it. That the library keeps each problem of a
+    batch to itself, at every batch size and thread count, is what the machine's check confirms
+    (`casspec_ref.accel.invariance`). In float32 this is the fast exact form: the fastest
+    one-row product is a matrix-vector kernel, whose rounding no many-row product shares.
+
+    Args:
+        x: ``(..., in)``; weight: ``(out, in)``; bias: ``(out,)`` or None.
+    Returns:
+        ``(..., out)``.
+    """
+    rows = x.reshape(-1, x.shape[-1]).contiguous()  # (N, in)
+    (n, in_f), out_f = rows.shape, weight.shape[0]
+    if n == 1 and out_f % 2 == 0 and weight.is_contiguous():  # each half of W^T: two problems
+        half = out_f // 2
+        w_t = weight.as_strided((2, in_f, half), (half * in_f, 1, in_f), weight.storage_offset())
+        lhs = rows.as_strided((2, 1, in_f), (0, in_f, 1), rows.storage_offset())  # (2, 1, in)
+    else:  # each row times the whole W^T: N problems
+        w_t = weight.T.expand(n, in_f, out_f)  # (N, in, out), a view
+        lhs = rows.unsqueeze(1)  # (N, 1, in)
+    out = torch.bmm(lhs, w_t).view(*x.shape[:-1], out_f)  # (..., out)
+    return out if bias is None else out + bias
 
 
 def row_multiple(dtype: torch.dtype) -> int:
