@@ -128,9 +128,9 @@ def ranked_tiles(
     first; tiles within `NEAR_TIE` of the cheapest go first, largest R first. Untimed tiles
     follow in `UNTIMED_ROWS` order. In float32, with ``one_row_products``, the one-row-products
     construction (`kernels.ROWS`) comes before every tile: its naive-loop product is the fast
-    matrix-vector kernel itself, where any tile of R > 1 rows costs 1.5-3x that (measured:
-    docs/floating_point.md). The caller leaves it out for the LM head, whose weight does not
-    stay in the cache between the rows of a verify forward."""
+    matrix-vector kernel itself, which no tile of R > 1 rows matches (results.md, "CPU, what
+    exactness costs at each dispatch level"). The caller leaves it out for the LM head, whose
+    weight does not stay in the cache between the rows of a verify forward."""
     tiles = [Form(f.base, r) for r in UNTIMED_ROWS for f in base_forms(dtype) if r in TILE_ROWS]
     cost = {t: (timings_us or {}).get(t.pad_to, {}).get(t.base, float("inf")) for t in tiles}
     cheapest = min(cost.values())

@@ -308,9 +308,10 @@ def one_row_products(
     whose every problem is one row times ``weight.T``, a ``(1, in) x (in, out)`` product; a
     single row is cut into its two halves of outputs instead, two problems, so that two threads
     share the weight's read as the naive loop's fastest product does (`split`). Each output is
-    one dot product of a row and a weight row, and a problem's kernel sums it in an order fixed
-    by ``in``: no other row, no row count enters it. That the library keeps each problem of a
-    batch to itself, at every batch size and thread count, is what the machine's check confirms
+    one dot product of a row and a weight row, summed by a matrix-vector kernel in an order it
+    picks from the problem's shape: no other row and no row count enter it. That the library
+    keeps each problem of a batch to itself at every batch size and thread count, and sums an
+    output alike in a half-width problem and a whole one, is what the machine's check confirms
     (`casspec_ref.accel.invariance`). In float32 this is the fast exact form: the fastest
     one-row product is a matrix-vector kernel, whose rounding no many-row product shares.
 
