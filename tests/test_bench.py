@@ -260,9 +260,20 @@ def test_parse_method() -> None:
     known = ("ar", "pld", "chain", "cas-spec")
     assert bench.parse_method("pld:3", known) == ("pld", 3)
     assert bench.parse_method("cas-spec", known) == ("cas-spec", None)
-    for bad in ("pld:0", "pld:x", "cas-spec:2", "warp", "chain:"):
+    assert bench.parse_method("pld:3+plain", known) == ("pld", 3)  # the same method, plain forms
+    assert bench.parse_method("cas-spec+plain", known) == ("cas-spec", None)
+    for bad in ("pld:0", "pld:x", "cas-spec:2", "warp", "chain:", "warp+plain", "pld:0+plain"):
         with pytest.raises(ValueError, match="method"):
             bench.parse_method(bad, known)
+    for naive in ("ar+plain", "ar-plain+plain", "hf+plain"):  # no plain form of a naive loop
+        with pytest.raises(ValueError, match="the plain naive loop is 'ar-plain'"):
+            bench.parse_method(naive, known)
+    assert [bench.plain_form(m) for m in ("ar", "ar-plain", "cas-spec", "cas-spec+plain")] == [
+        False,
+        True,
+        False,
+        True,
+    ]
 
 
 def test_sized_methods_sampling_verify_curve_and_dytc_report(tmp_path: Path, tiny) -> None:
@@ -375,23 +386,31 @@ def test_a_divergent_plain_loop_is_counted_and_fails_no_check() -> None:
     }
     equal, divergences, plain = bench.compare_outputs([run], ["ar", "ar-plain", "m"], False)
     assert equal == {"ar": True, "ar-plain": False, "m": True} and divergences == []
-    assert plain is not None and (plain["differing"], plain["generations"]) == (1, 2)
-    assert plain["divergences"][0]["position"] == 1
+    assert list(plain) == ["ar-plain"]
+    assert (plain["ar-plain"]["differing"], plain["ar-plain"]["generations"]) == (1, 2)
+    assert plain["ar-plain"]["divergences"][0]["position"] == 1
     assert bench.unequal_methods(equal) == []
-    assert bench.plain_line(plain) == (
+    assert bench.plain_line("ar-plain", plain["ar-plain"]) == (
         "ar-plain differs from ar in 1 of 2 generations, first differences at tokens 1"
     )
     # Another method's divergence still fails the run; a sampled run compares nothing.
     equal, divergences, _ = bench.compare_outputs([{**run, "m": run["ar-plain"]}], [*run], False)
     assert bench.unequal_methods(equal) == ["m"] and [d["method"] for d in divergences] == ["m"]
-    assert bench.compare_outputs([run], [*run], True) == ({m: None for m in run}, [], None)
+    assert bench.compare_outputs([run], [*run], True) == ({m: None for m in run}, [], {})
+    # The same method in the plain forms is reported apart, beside the plain loop, in run order.
+    both = {**run, "m+plain": run["ar-plain"]}
+    equal, divergences, plain = bench.compare_outputs([both], [*both], False)
+    assert equal == {"ar": True, "ar-plain": False, "m": True, "m+plain": False}
+    assert divergences == [] and list(plain) == ["ar-plain", "m+plain"]
+    assert plain["m+plain"]["differing"] == 1 and bench.unequal_methods(equal) == []
 
 
 def test_the_plain_loop_in_a_run_is_reported_apart(
     tmp_path: Path, tiny, capsys, monkeypatch
 ) -> None:
     """The tiny model's plain form is made to choose other tokens (its logits negated): the run
-    counts ar-plain's divergences, pld's base stays ar, and no warning is raised."""
+    counts the divergences of ar-plain and of pld in the plain forms (whose tokens are then the
+    plain loop's, its base), pld's base stays ar, and no warning is raised."""
     model, tokenizer = tiny
     forward = model.forward
 
@@ -403,17 +422,23 @@ def test_the_plain_loop_in_a_run_is_reported_apart(
     questions = tmp_path / "q.jsonl"
     write_questions(questions)
     out = tmp_path / "out"
-    argv = ["--questions", str(questions), "--methods", "ar,ar-plain,pld", "--runs", "1"]
+    argv = ["--questions", str(questions), "--methods", "ar,ar-plain,pld,pld+plain", "--runs", "1"]
     argv += ["--max-new-tokens", "4", "--out", str(out), "--no-progress"]
     assert bench.main(argv, model=model, tokenizer=tokenizer) == 0
     result = json.loads((out / "results.json").read_text())
     overall = {r["method"]: r for r in result["records"] if r["group"] == "overall"}
     assert overall["pld"]["base"] == "ar" and overall["pld"]["equal_to_ar"] is True
     assert overall["ar-plain"]["equal_to_ar"] is False and result["divergences"] == []
-    assert result["plain_divergences"]["generations"] == 4  # 3 questions, one of two turns
-    assert result["plain_divergences"]["differing"] == 4
+    assert result["plain_divergences"]["ar-plain"]["generations"] == 4  # 3 questions, 1 of 2 turns
+    assert result["plain_divergences"]["ar-plain"]["differing"] == 4
+    assert (
+        overall["pld+plain"]["equal_to_ar"] is False and overall["pld+plain"]["base"] == "ar-plain"
+    )
+    assert result["plain_divergences"]["pld+plain"]["differing"] == 4
+    assert model.shape_invariant  # each method's forms were set for its run alone
     captured = capsys.readouterr()
     assert "ar-plain differs from ar in 4 of 4 generations" in captured.out
+    assert "pld+plain differs from ar in 4 of 4 generations" in captured.out
     assert "WARNING" not in captured.err and "DIVERGENCE" not in captured.err
 
 

@@ -248,12 +248,15 @@ def test_the_base_and_the_plain_loops_divergences_are_shown(records: dict) -> No
         if r["method"] == "pld:3":
             r["base"] = "ar-plain"
     record["plain_divergences"] = {
-        "generations": 21,
-        "differing": 2,
-        "divergences": [
-            {"method": "ar-plain", "question_id": 4, "turn": 0, "position": 17},
-            {"method": "ar-plain", "question_id": 9, "turn": 1, "position": 60},
-        ],
+        "ar-plain": {
+            "generations": 21,
+            "differing": 2,
+            "divergences": [
+                {"method": "ar-plain", "question_id": 4, "turn": 0, "position": 17},
+                {"method": "ar-plain", "question_id": 9, "turn": 1, "position": 60},
+            ],
+        },
+        "cas-spec+plain": {"generations": 21, "differing": 0, "divergences": []},
     }
     page = results.render({"x": record})
     assert "| `pld:3` | ar-plain | " in page and "| `cas-spec` | ar | " in page
@@ -262,6 +265,7 @@ def test_the_base_and_the_plain_loops_divergences_are_shown(records: dict) -> No
         in page
     )
     assert "Every output of the other methods equals the naive loop's token for token." in page
+    assert "cas-spec+plain differs from ar in 0 of 21 generations (its kernels" in page
 
 
 def test_check_mode_fails_on_a_stale_page_and_passes_on_a_fresh_one(tmp_path: Path) -> None:

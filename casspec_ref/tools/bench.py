@@ -19,8 +19,8 @@ Protocol (docs/method.md §7, after Spec-Bench, Xia et al. 2024):
 - batch 1, warm-up runs before timing, prefill inside the timed region, CUDA synchronized around
   every timed call;
 - every method's greedy output is checked equal to the naive loop's before any speed is reported
-  (the first divergence is printed); ``ar-plain``'s divergences from ``ar`` are counted apart, a
-  lesson in rounding that fails no check;
+  (the first divergence is printed); the divergences from ``ar`` of the methods in the plain
+  form (``ar-plain``, ``M+plain``) are counted apart, a lesson in rounding that fails no check;
 - speedup as Spec-Bench computes it (the mean over questions of tokens/s, divided by the same mean
   for the naive loop: of the naive loops in the run whose outputs the method equals, the faster;
   ``ar`` under sampling or when it equals none, see `speedup_base`), as total tokens over total
@@ -34,7 +34,8 @@ Protocol (docs/method.md §7, after Spec-Bench, Xia et al. 2024):
 Methods are those of `casspec_ref.speculative.METHODS`, plus ``hf`` and ``hf-pld`` (Hugging Face
 transformers' greedy and prompt-lookup ``generate`` on the same weights) when transformers is
 installed. ``pld:K`` is prompt lookup proposing at most K tokens and ``chain:K`` a chain of K
-tokens (the fixed schedules DyTC must beat at their best k).
+tokens (the fixed schedules DyTC must beat at their best k). ``M+plain`` is method M with every
+forward in the plain form (`PLAIN_SUFFIX`).
 
 Sampling (``--temperature``, ``--top-k``, ``--top-p``, ``--seed``): every method draws from the same
 law as the naive loop but from another stream of coins, so outputs are not compared token for
@@ -79,13 +80,35 @@ EXTERNAL_METHODS = ("hf", "hf-pld")
 PLAIN_AR = "ar-plain"
 #: The naive loops a method's speedup may be taken against (`speedup_base`).
 NAIVE_LOOPS = ("ar", PLAIN_AR)
+#: ``M+plain``: speculative method M with every forward in the plain form, the target's verify
+#: forwards included (``cas-spec+plain``). Its outputs are compared with ``ar``'s and its
+#: divergences counted apart, as the plain loop's are: what the exact forms cost and buy, for
+#: the whole method, measured side by side.
+PLAIN_SUFFIX = "+plain"
+
+
+def plain_form(method: str) -> bool:
+    """True for a method that runs the plain forms: ``ar-plain`` and every ``M+plain``."""
+    return method == PLAIN_AR or method.endswith(PLAIN_SUFFIX)
+
+
 #: Methods that take a fixed k (``pld:K``, ``chain:K``, ``pld-or-chain:K``: its chain's K).
 SIZED_METHODS = ("pld", "chain", "pld-or-chain")
 VERIFY_SIZES = (1, 2, 3, 4, 6, 8, 12, 16)
 
 
 def parse_method(spec: str, known: Sequence[str]) -> tuple[str, int | None]:
-    """``"pld:3"`` -> ("pld", 3); ``"cas-spec"`` -> ("cas-spec", None); ValueError if unknown."""
+    """``"pld:3"`` -> ("pld", 3); ``"cas-spec"`` -> ("cas-spec", None); ValueError if unknown.
+    A ``+plain`` suffix (`PLAIN_SUFFIX`) names the same method: ``"pld:3+plain"`` -> ("pld", 3);
+    it is allowed on the speculative methods only."""
+    if spec.endswith(PLAIN_SUFFIX):
+        name = spec.removesuffix(PLAIN_SUFFIX)
+        if name in ("ar", PLAIN_AR, *EXTERNAL_METHODS):
+            raise ValueError(
+                f"method {spec!r}: {PLAIN_SUFFIX!r} runs a speculative method in the plain forms; "
+                f"the plain naive loop is {PLAIN_AR!r}"
+            )
+        return parse_method(name, known)
     if spec in known:  # a method whose name holds a colon, such as ``cas-spec:paper``
         return spec, None
     base, sep, arg = spec.partition(":")
@@ -311,16 +334,12 @@ def _make_runner(
     if method in ("ar", PLAIN_AR):
 
         def run_ar(prompt_ids: list[int], max_new: int) -> tuple[list[int], dict[str, Any]]:
-            previous, model.shape_invariant = model.shape_invariant, method == "ar"
-            try:
-                result = generate_ar(
-                    model, prompt_ids, max_new, stop_ids=stop_ids, **sampling, **coins()
-                )
-            finally:
-                model.shape_invariant = previous
+            result = generate_ar(
+                model, prompt_ids, max_new, stop_ids=stop_ids, **sampling, **coins()
+            )
             return list(result.tokens), turn_stats(result)
 
-        return run_ar
+        return in_forms(run_ar, model, exact=not plain_form(method))
     if method in EXTERNAL_METHODS:
         return make_hf_runner(method, model, stop_ids)
 
@@ -355,8 +374,23 @@ def _make_runner(
         )
         return list(result.tokens), turn_stats(result)
 
-    run_spec.policy = options.get("policy")  # type: ignore[attr-defined]
-    return run_spec
+    runner = in_forms(run_spec, model, exact=not plain_form(method))
+    runner.policy = options.get("policy")  # type: ignore[attr-defined]
+    return runner
+
+
+def in_forms(runner: Runner, model: Any, exact: bool) -> Runner:
+    """`runner` with the model's forwards in the exact forms (`Transformer.shape_invariant`) or
+    the plain ones while it runs; the model's setting is restored after each call."""
+
+    def run_in_forms(prompt_ids: list[int], max_new: int) -> tuple[list[int], dict[str, Any]]:
+        previous, model.shape_invariant = model.shape_invariant, exact
+        try:
+            return runner(prompt_ids, max_new)
+        finally:
+            model.shape_invariant = previous
+
+    return run_in_forms
 
 
 def make_hf_runner(method: str, model: Any, stop_ids: Sequence[int]) -> Runner:
@@ -581,36 +615,43 @@ def output_differences(
 
 def compare_outputs(
     runs: Sequence[dict[str, list[QuestionRecord]]], methods: Sequence[str], sampled: bool
-) -> tuple[dict[str, bool | None], list[dict[str, Any]], dict[str, Any] | None]:
+) -> tuple[dict[str, bool | None], list[dict[str, Any]], dict[str, dict[str, Any]]]:
     """Each method's outputs against the naive loop's: whether they are equal, the divergences
-    of every method but the plain loop, and the plain loop's own report (how many generations
-    differ from ``ar``'s, and where), which is a lesson in rounding and no failure. Sampled
-    runs draw another stream of coins: nothing is compared (None, no divergences, no report)."""
+    of every method in the exact forms, and, per method in the plain forms (`plain_form`), a
+    report of how many generations differ from ``ar``'s and where: a lesson in rounding and no
+    failure. Sampled runs draw another stream of coins: nothing is compared (None, no
+    divergences, no reports)."""
     if sampled:
-        return {m: None for m in methods}, [], None
-    divergences = [d for m in methods if m not in NAIVE_LOOPS for d in output_differences(runs, m)]
+        return {m: None for m in methods}, [], {}
+    exact = [m for m in methods if not plain_form(m)]
+    divergences = [d for m in exact if m != "ar" for d in output_differences(runs, m)]
     equal: dict[str, bool | None] = {
-        m: not any(d["method"] == m for d in divergences) for m in methods
+        m: not any(d["method"] == m for d in divergences) for m in exact
     }
-    plain = None
-    if PLAIN_AR in methods:
-        differing = output_differences(runs, PLAIN_AR)
-        equal[PLAIN_AR] = not differing
-        generations = sum(len(r.turns) for run in runs for r in run["ar"])
-        plain = {"generations": generations, "differing": len(differing), "divergences": differing}
-    return equal, divergences, plain
+    generations = sum(len(r.turns) for run in runs for r in run["ar"])
+    plain: dict[str, dict[str, Any]] = {}
+    for method in [m for m in methods if plain_form(m)]:
+        differing = output_differences(runs, method)
+        equal[method] = not differing
+        plain[method] = {
+            "generations": generations,
+            "differing": len(differing),
+            "divergences": differing,
+        }
+    return {m: equal[m] for m in methods}, divergences, plain
 
 
 def unequal_methods(equal: dict[str, bool | None]) -> list[str]:
     """The methods whose greedy outputs differ from the naive loop's: the run's verdict. The
-    plain loop is not among them (its divergences are reported apart, by `plain_line`)."""
-    return [m for m, value in equal.items() if value is False and m != PLAIN_AR]
+    methods in the plain forms are not among them (their divergences are reported apart, by
+    `plain_line`)."""
+    return [m for m, value in equal.items() if value is False and not plain_form(m)]
 
 
-def plain_line(report: dict[str, Any], shown: int = 10) -> str:
-    """The plain loop's divergences from ``ar`` in one sentence."""
+def plain_line(method: str, report: dict[str, Any], shown: int = 10) -> str:
+    """A method in the plain forms: its divergences from ``ar`` in one sentence."""
     counts = f"{report['differing']} of {report['generations']}"
-    line = f"{PLAIN_AR} differs from ar in {counts} generations"
+    line = f"{method} differs from ar in {counts} generations"
     positions = [str(d["position"]) for d in report["divergences"][:shown]]
     if positions:
         more = ", ..." if len(report["divergences"]) > shown else ""
@@ -1279,8 +1320,8 @@ def main(argv: Sequence[str] | None = None, *, model: Any = None, tokenizer: Any
     (out / "table.txt").write_text(table + "\n")
     plots = write_plots(rows, out)
     print(table)
-    if plain is not None:
-        print("\n" + plain_line(plain) + " (its kernels round by shape; not an error)")
+    for method, report in plain.items():
+        print(f"\n{plain_line(method, report)} (its kernels round by shape; not an error)")
     if paired:
         print("\n" + format_paired(target, paired, len(questions)))
     for method, report in learned.items():

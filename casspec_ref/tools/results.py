@@ -222,15 +222,20 @@ def _interval(bounds: Sequence[float]) -> str:
 def divergence_lines(
     divergences: Sequence[Any], sampled: bool, plain: dict[str, Any] | None = None
 ) -> list[str]:
-    """How many generations differ from the naive loop's, and the first few; then how many of
-    the plain loop's differ from ``ar``'s (a lesson in rounding, no failure), when it ran."""
+    """How many generations differ from the naive loop's, and the first few; then, for each
+    method that ran in the plain forms (``plain``: its report by method), how many of its
+    generations differ from ``ar``'s (a lesson in rounding, no failure)."""
     if sampled:
         return [
             "",
             "Sampled: outputs are not compared token for token (the law tests prove it), and "
             "every speedup is against `ar`.",
         ]
-    plain_lines = ["", plain_line(plain) + " (its kernels round by shape)."] if plain else []
+    plain_lines = [
+        line
+        for method, report in (plain or {}).items()
+        for line in ("", plain_line(method, report) + " (its kernels round by shape).")
+    ]
     if not divergences:
         others = " of the other methods" if plain else ""
         return ["", f"Every output{others} equals the naive loop's token for token.", *plain_lines]
