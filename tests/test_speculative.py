@@ -304,9 +304,10 @@ def test_bad_input() -> None:
 @pytest.mark.real_model
 @pytest.mark.slow
 def test_real_model_greedy_equals_ar() -> None:
-    """SmolLM2-135M, float32, 20 prompts x 32 tokens, the speculative methods taking turns (each
-    of the eleven runs on 1-2 prompts, with the real model's DSIA drafts). A divergence reports
-    its position and the target's logit gap instead of hiding it."""
+    """SmolLM2-135M, float32, 32 tokens: each speculative method on a prompt of its own, with the
+    real model's DSIA drafts (tests/test_shape_invariance.py runs prompt lookup, chain and
+    CAS-Spec on a held-out question in both dtypes). A divergence reports its position and the
+    target's logit gap instead of hiding it."""
     from casspec_ref.io.weights import load_model
 
     if os.environ.get("CASSPEC_SKIP_REAL") == "1":
@@ -314,32 +315,24 @@ def test_real_model_greedy_equals_ar() -> None:
     model, tokenizer = load_model()
     questions = [
         "What is the capital of France?",
-        "Write a haiku about the sea.",
         "Translate 'good morning' into Spanish.",
         "What is 17 times 23?",
         "Summarize: The cat sat on the mat. The cat was happy. The mat was red.",
-        "List three primary colors.",
         "Explain what a CPU does in one sentence.",
-        "Who wrote Romeo and Juliet?",
         "Repeat after me: one two three four five.",
-        "What is the boiling point of water in Celsius?",
-        "Name a planet in the solar system.",
-        "Give me a synonym for happy.",
-        "How many days are in a week?",
         "Write a Python function that adds two numbers.",
         "What color is the sky on a clear day?",
         "Count from 1 to 10.",
-        "What is the opposite of hot?",
-        "Describe a dog in one sentence.",
         "Spell the word 'banana' letter by letter.",
         "What is 2 + 2?",
     ]
+    speculative = [m for m in METHODS if m != "ar"]
+    assert len(questions) == len(speculative)  # each method once
     failures = []
     for i, question in enumerate(questions):
         prompt = tokenizer.apply_chat_template([{"role": "user", "content": question}])
         want = generate_ar(model, prompt, 32).tokens
-        speculative = [m for m in METHODS if m != "ar"]
-        method = speculative[i % len(speculative)]
+        method = speculative[i]
         got = generate_speculative(model, prompt, 32, method=method).tokens
         if got != want:
             pos = next(
