@@ -6,6 +6,7 @@ No timing is asserted: only the structure of the results and the equality checks
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -452,3 +453,25 @@ def test_machine_name_names_the_widest_vector_extension() -> None:
     arm = "processor\t: 0\nFeatures\t: fp asimd sve\nCPU part\t: 0xd40\n"
     assert bench.machine_name("cpu", arm).endswith(", SVE")
     assert bench.machine_name("cpu", "model name\t: Old\nflags\t: fpu\n").endswith(" cores")
+
+
+def test_a_run_from_modified_sources_names_no_bare_commit(tmp_path: Path, monkeypatch) -> None:
+    """The record's commit is the checkout's, marked ``+modified`` while a tracked file of the
+    package differs from it (a file outside the package, or an untracked one, does not count)."""
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    (tmp_path / "casspec_ref").mkdir()
+    (tmp_path / "casspec_ref" / "m.py").write_text("A = 1\n")
+    (tmp_path / "notes.md").write_text("n\n")
+    monkeypatch.chdir(tmp_path)
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "c"], check=True)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    assert bench.git_commit() == head.strip()
+    (tmp_path / "notes.md").write_text("changed\n")
+    (tmp_path / "casspec_ref" / "new.py").write_text("B = 2\n")
+    assert bench.git_commit() == head.strip()
+    (tmp_path / "casspec_ref" / "m.py").write_text("A = 2\n")
+    assert bench.git_commit() == head.strip() + "+modified"
+    monkeypatch.chdir(tmp_path / "..")
+    assert "+modified" not in bench.git_commit()

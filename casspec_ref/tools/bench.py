@@ -874,13 +874,22 @@ def command_line(argv: Sequence[str]) -> str:
 
 
 def git_commit() -> str:
-    """The checked-out commit a run measures ("" outside a git checkout)."""
+    """The checked-out commit a run measures, marked ``+modified`` where tracked files of the
+    package or the benchmarks differ from it (no commit then holds the code that ran); "" outside
+    a git checkout."""
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], capture_output=True, text=True, timeout=5)
+        return done.stdout.strip()
+
     try:
-        return subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
-        ).stdout.strip()
+        head = git("rev-parse", "HEAD")
+        changed = git(
+            "status", "--porcelain", "--untracked-files=no", "--", "casspec_ref", "benchmarks"
+        )
     except (OSError, subprocess.SubprocessError):
         return ""
+    return head + ("+modified" if head and changed else "")
 
 
 def environment(device: str, dtype: str, command: str = "") -> dict[str, Any]:
