@@ -237,12 +237,13 @@ def run_dytc(
 def run_fixed(world: World, steps: int, seed: int, draft: str | None, k: int) -> float:
     """A fixed schedule: `k` tokens of `draft` per step (None = plain decoding)."""
     rng = random.Random(seed)
+    labels = RefinedDyTC([])  # names the tested nodes, once: a fixed schedule learns nothing
     tokens, seconds = 0, 0.0
     for _ in range(steps):
         drafter = SimDrafter(world, rng, 64, 64)
         if draft is not None and (draft not in (PLD, RECYCLE) or drafter.offers(0, draft)):
             drafter.expand(0, draft, k, 1)
-        _, committed = drafter.verify()
+        _, committed = drafter.verify(labels)
         tokens += committed
         seconds += drafter.seconds() + world.verify(drafter.size())
     return tokens / seconds
