@@ -174,10 +174,9 @@ class SimDrafter:
         return added
 
     # -- the synthetic verifier ----------------------------------------------------------------
-    def verify(self, policy: DyTC | None = None) -> tuple[list[tuple[Outcome, bool]], int]:
+    def verify(self, policy: DyTC) -> tuple[list[tuple[Outcome, bool]], int]:
         """Walk the tree with the world's truth: (tested chain nodes, each with the outcome
-        `policy` learns it by, or the default `RefinedDyTC` without one; tokens committed)."""
-        policy = policy if policy is not None else RefinedDyTC([])
+        `policy` learns it by; tokens committed)."""
         tested: list[tuple[Outcome, bool]] = []
         node, tokens = 0, 1
         while self.children[node]:
