@@ -58,6 +58,9 @@ from casspec_ref.tools.replay import (
 )
 
 SETS = {"bundled": "prompts", "heldout": "prompts_heldout"}
+#: The verify sizes whose measured cost a replay record keeps (the whole curve is in the answers'
+#: record).
+SIZES = (1, 2, 3, 4, 8, 16, 32)
 
 
 def measure_costs(
@@ -162,6 +165,7 @@ def do_replay(args: argparse.Namespace) -> None:
     if args.costs_from:  # another record's costs: two records replayed on one machine state
         with open(args.costs_from) as f:
             raw = json.load(f)["costs"]
+    data = {**data, "costs": raw}  # the record written names the costs replayed on
     costs = Costs.from_json(
         raw, draft_overhead=args.draft_overhead, step_overhead=args.step_overhead
     )
@@ -227,7 +231,8 @@ def do_replay(args: argparse.Namespace) -> None:
             )
     if args.json:
         speedups = {n: ar_seconds / sum(r.seconds.values()) for n, r in runs.items() if n != "ar"}
-        write_record(args, data, len(records), speedups, best_fixed, orders)
+        bound_speedup = ar_seconds / sum(bound.seconds.values())
+        write_record(args, data, len(records), speedups, best_fixed, orders, bound_speedup, kinds)
         print(f"wrote {args.json}")
 
 
@@ -238,9 +243,12 @@ def write_record(
     speedups: dict[str, float],
     best_fixed: str,
     orders: dict[str, list[float]],
+    bound: float,
+    bound_steps: dict[str, int],
 ) -> None:
     """The replay's figures as a results record (docs/bench/, `casspec_ref.tools.results`):
-    each method's overall speedup over the naive loop, DyTC's over the question orders."""
+    each method's overall speedup over the naive loop, DyTC's over the question orders, the
+    hindsight bound (``bound``, its steps by kind) and the measured costs it was replayed on."""
     from casspec_ref.tools.bench import environment
 
     command = shlex.join(["python", "benchmarks/dytc_replay.py", *sys.argv[1:]])
@@ -255,6 +263,11 @@ def write_record(
         "overheads_s": {"draft": args.draft_overhead, "step": args.step_overhead},
         "speedup": speedups,
         "best_fixed": best_fixed,
+        "hindsight": {"speedup": bound, "steps": bound_steps},
+        "costs_ms": {
+            "verify": {t: 1e3 * s for t, s in data["costs"]["verify"].items() if int(t) in SIZES},
+            "draft": {name: 1e3 * s for name, s in data["costs"]["draft"].items()},
+        },
         "orders": {
             name: {"median": statistics.median(v), "min": min(v), "max": max(v), "n": len(v)}
             for name, v in orders.items()

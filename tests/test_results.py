@@ -379,3 +379,26 @@ def test_the_dytc_replay_record_is_shown_per_variant() -> None:
     assert "| `cas-spec@margin_bins=0` | 1.111 | 1.100 | 1.050-1.150 (4) | +13.6% |" in text
     assert text.index("`cas-spec@margin_bins=0`") < text.index("`pld:3` (best fixed)")
     assert "| `pld:3` |" not in text and "18 answers (prompts_heldout;" in text
+
+
+def test_the_dytc_replay_record_shows_the_hindsight_bound_and_the_costs_replayed() -> None:
+    """The bound is a row after the best fixed schedule, and the costs it stands on are printed
+    beside it; a record without them shows neither."""
+    record = {
+        "benchmark": "dytc_replay",
+        "questions": "prompts_heldout",
+        "answers": 2,
+        "costs_measured": "2026-12-07",
+        "overheads_s": {"draft": 0.001, "step": 0.003},
+        "speedup": {"pld:3": 0.8, "cas-spec": 0.9},
+        "best_fixed": "pld:3",
+        "hindsight": {"speedup": 1.3361, "steps": {"plain": 3, "pld": 1}},
+        "costs_ms": {"verify": {"1": 53.61, "2": 78.9}, "draft": {"w8a8": 36.14}},
+    }
+    text = "\n".join(results.section("cpu_dytc_replay", record))
+    assert "| hindsight (knows the answer) | 1.336 |" in text
+    assert text.index("(best fixed)") < text.index("hindsight (knows the answer)")
+    assert "T=1 53.6, T=2 78.9" in text and "`w8a8` 36.1" in text
+    del record["hindsight"]
+    text = "\n".join(results.section("cpu_dytc_replay", record))
+    assert "hindsight" not in text.lower() and "T=1" not in text

@@ -569,8 +569,27 @@ def dytc_replay_section(record: dict[str, Any]) -> list[str]:
         rows[-1].append(_refinement_effect(name, median))
     best = record["best_fixed"]
     rows.append([f"`{best}` (best fixed)", num(speedup[best]), "", "", ""])
+    if bound := record.get("hindsight"):
+        rows.append(["hindsight (knows the answer)", num(bound["speedup"]), "", "", ""])
     header = ["variant", "speedup, recorded order", "median over orders", "range (orders)"]
-    return [*lines, *table([*header, "the refinement's effect"], rows)]
+    return [*lines, *table([*header, "the refinement's effect"], rows), *_replay_costs(record)]
+
+
+def _replay_costs(record: dict[str, Any]) -> list[str]:
+    """What the replay's figures stand on: the hindsight bound's meaning and the measured
+    costs (a target forward by the tokens it verifies, one call of each draft level)."""
+    costs = record.get("costs_ms")
+    if not costs or "hindsight" not in record:
+        return []
+    verify = ", ".join(f"T={t} {ms:.1f}" for t, ms in costs["verify"].items())
+    drafts = ", ".join(f"`{name}` {ms:.1f}" for name, ms in costs["draft"].items())
+    return [
+        "",
+        "Hindsight is the least time any schedule of chains of these drafts could take on these "
+        "answers, knowing them (`casspec_ref.tools.replay.hindsight`): no policy replayed on "
+        f"these costs can beat it. Costs replayed (ms): a target forward verifying T tokens "
+        f"after 256 cached, {verify}; one call of a draft level, {drafts}.",
+    ]
 
 
 def _refinement_effect(name: str, median: dict[str, float]) -> str:
