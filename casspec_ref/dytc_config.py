@@ -2,9 +2,10 @@
 free drafts' names.
 
 `DyTCConfig.paper()` is what the paper's policy reads (every refinement off, the notes' window of
-20): `casspec_ref.dytc.DyTC` runs it. `DyTCConfig()` is this reference's best:
+20): `casspec_ref.dytc.DyTC` runs it. `DyTCConfig()` is this reference's refined policy:
 `casspec_ref.dytc_refinements.RefinedDyTC` runs it, and with every switch off it decides exactly
-as `DyTC` does. docs/method.md §4 sets one beside the other.
+as `DyTC` does. What each switch is worth depends on the machine's costs: the replay record in
+docs/results.md measures each one alone. docs/method.md §4 sets one beside the other.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ REFINEMENTS = (
 
 @dataclass(frozen=True)
 class DyTCConfig:
-    """Every DyTC knob (allowed values: base/dytc_checks.py). Defaults: this reference's best."""
+    """Every DyTC knob (allowed values: base/dytc_checks.py). Defaults: the refined policy."""
 
     # -- the paper's policy (docs/method.md §4) -----------------------------------------------
     ema_weight: float = 0.3  # w in a <- (1 - w) a + w mean(last `window` outcomes)

@@ -393,12 +393,12 @@ def test_the_dytc_replay_record_shows_the_hindsight_bound_and_the_costs_replayed
         "speedup": {"pld:3": 0.8, "cas-spec": 0.9},
         "best_fixed": "pld:3",
         "hindsight": {"speedup": 1.3361, "steps": {"plain": 3, "pld": 1}},
-        "costs_ms": {"verify": {"1": 53.61, "2": 78.9}, "draft": {"w8a8": 36.14}},
+        "costs_ms": {"verify": {"1": 53.61, "16": 222.9, "2": 78.9}, "draft": {"w8a8": 36.14}},
     }
     text = "\n".join(results.section("cpu_dytc_replay", record))
     assert "| hindsight (knows the answer) | 1.336 |" in text
     assert text.index("(best fixed)") < text.index("hindsight (knows the answer)")
-    assert "T=1 53.6, T=2 78.9" in text and "`w8a8` 36.1" in text
+    assert "T=1 53.6, T=2 78.9, T=16 222.9" in text and "`w8a8` 36.1" in text
     del record["hindsight"]
     text = "\n".join(results.section("cpu_dytc_replay", record))
     assert "hindsight" not in text.lower() and "T=1" not in text

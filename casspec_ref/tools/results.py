@@ -575,13 +575,18 @@ def dytc_replay_section(record: dict[str, Any]) -> list[str]:
     return [*lines, *table([*header, "the refinement's effect"], rows), *_replay_costs(record)]
 
 
+def _size(item: tuple[str, float]) -> int:
+    """A cost's verify size, read from its JSON key (so that T=2 sorts before T=16)."""
+    return int(item[0])
+
+
 def _replay_costs(record: dict[str, Any]) -> list[str]:
     """What the replay's figures stand on: the hindsight bound's meaning and the measured
     costs (a target forward by the tokens it verifies, one call of each draft level)."""
     costs = record.get("costs_ms")
     if not costs or "hindsight" not in record:
         return []
-    verify = ", ".join(f"T={t} {ms:.1f}" for t, ms in costs["verify"].items())
+    verify = ", ".join(f"T={t} {ms:.1f}" for t, ms in sorted(costs["verify"].items(), key=_size))
     drafts = ", ".join(f"`{name}` {ms:.1f}" for name, ms in costs["draft"].items())
     return [
         "",
