@@ -1,7 +1,7 @@
 """DyTC and the fixed schedules replayed on recorded acceptances (`casspec_ref.tools.replay`).
 
 Scope: a bench run is one path of each adaptive policy, timing noise included; this script
-compares policies on the same recorded truth, with no timing noise. Three commands:
+compares policies on the same recorded truth, with no forward timed again. Three commands:
 
 - ``record``: greedy answers of a prompt set's first turns (`generate_ar`), each draft level's
   and the target's top tokens along them, and this machine's costs (one target forward over
@@ -24,7 +24,7 @@ DyTC runs as ``cas-spec`` (this reference's policy, `DyTCConfig()`) and ``cas-sp
 paper's alone, `DyTCConfig.paper()`); a variant changes fields of either
 (``cas-spec:paper@margin_bins=1``). ``--refinements`` adds, for each refinement of
 `casspec_ref.dytc_config.REFINEMENTS` and the window, the default without it and the paper's
-policy with it alone: what each one is worth, with no timing noise.
+policy with it alone: what each one is worth, with no forward timed again.
 
 Run: ``OMP_NUM_THREADS=2 python benchmarks/dytc_replay.py record --questions heldout --out
 h.json`` (about 3 minutes), then ``python benchmarks/dytc_replay.py replay h.json --refinements

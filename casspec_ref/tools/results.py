@@ -548,8 +548,9 @@ def exact_cost_section(record: dict[str, Any]) -> list[str]:
 
 def dytc_replay_section(record: dict[str, Any]) -> list[str]:
     """DyTC's two presets and each refinement alone, replayed on recorded acceptances and
-    costs (no timing noise): overall speedup over the naive loop, in the recorded question order
-    and over the orders replayed; then the best fixed schedule's."""
+    costs (no forward timed again): overall speedup over the naive loop, in the recorded
+    question order and over the orders replayed; then the best fixed schedule's and the
+    hindsight bound."""
     speedup, orders = record["speedup"], record.get("orders", {})
     lines = [
         f"{record['answers']} answers ({record['questions']}; recorded by "
