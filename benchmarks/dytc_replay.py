@@ -7,8 +7,10 @@ compares policies on the same recorded truth, with no forward timed again. Three
   and the target's top tokens along them, and this machine's costs (one target forward over
   T = 1..32 new tokens after 256 cached, each level's one-token forward; medians of 15 passes
   over all of them), to a JSON file;
-- ``recost``: measures the costs again into a record (the answers stay): the ratios a replay
-  prints move with them, so two records compared should carry costs measured alike;
+- ``recost``: measures the costs again into a record (the answers stay), or into a copy
+  (``--out``); ``--plain`` measures them in the plain forms, as ``M+plain`` decodes: the same
+  answers replayed on what the exact forms cost and on what the plain ones cost. The ratios a
+  replay prints move with the costs, so two records compared should carry costs measured alike;
 - ``replay``: decodes every answer again with no model, for the naive loop, ``pld:K``,
   ``chain:K``, ``pld-or-chain:K`` and DyTC (``cas-spec``, and any ``--variant
   cas-spec@FIELD=VALUE,...`` of `DyTCConfig`), and prints each one's speedup over the naive loop,
@@ -64,12 +66,24 @@ SIZES = (1, 2, 3, 4, 8, 16, 32)
 
 
 def measure_costs(
-    model: Any, levels: list[Any], cached: int = 256, repeats: int = 15
+    model: Any, levels: list[Any], cached: int = 256, repeats: int = 15, plain: bool = False
 ) -> dict[str, Any]:
     """Median seconds of a target forward over T = 1..32 tokens and of each level's one-token
     forward, after `cached` tokens: every size and level once per pass, `repeats` passes (a burst
     of load then hits every size alike, not the few timed during it), after
-    one untimed pass (one-time setup)."""
+    one untimed pass (one-time setup). ``plain``: in the plain forms (``model.shape_invariant``
+    off for the measurement), as ``M+plain`` decodes; else in the exact forms."""
+    invariant = model.shape_invariant
+    model.shape_invariant = not plain
+    try:
+        costs = _median_costs(model, levels, cached, repeats)
+    finally:
+        model.shape_invariant = invariant
+    return {**costs, "forms": "plain" if plain else "exact"}
+
+
+def _median_costs(model: Any, levels: list[Any], cached: int, repeats: int) -> dict[str, Any]:
+    """`measure_costs` in the forms the model is set to."""
     from casspec_ref.kv_cache import KVCache
 
     cfg = model.config
@@ -123,12 +137,18 @@ def do_recost(args: argparse.Namespace) -> None:
     model, _ = load_model()
     with open(args.record) as f:
         data = json.load(f)
-    data["costs"] = measure_costs(model, list(default_drafts(model)))
+    data["costs"] = measure_costs(model, list(default_drafts(model)), plain=args.plain)
+    data["costs"]["command"] = "OMP_NUM_THREADS=2 " + shlex.join(
+        ["python", "benchmarks/dytc_replay.py", *sys.argv[1:]]
+    )
     data.pop("note", None)  # a note written by hand described the costs replaced
-    with open(args.record, "w") as f:
+    out = args.out or args.record
+    if out != args.record:  # a copy: its answers were recorded into the original
+        data["answers_from"] = data.get("answers_from", args.record)
+    with open(out, "w") as f:
         json.dump(data, f)
     ms = {t: round(s * 1e3, 1) for t, s in data["costs"]["verify"].items() if t in (1, 2, 4, 8, 16)}
-    print(f"wrote the costs of {args.record} ({data['costs']['measured']}): verify (ms) {ms}")
+    print(f"wrote the costs of {out} ({data['costs']['measured']}): verify (ms) {ms}")
 
 
 def parse_variant(text: str) -> Any:
@@ -257,9 +277,11 @@ def write_record(
         "environment": environment("cpu", "float32", command),
         "questions": data["questions"],
         "record_command": "OMP_NUM_THREADS=2 python benchmarks/dytc_replay.py record "
-        f"--questions {data['questions']} --out {args.record}",
+        f"--questions {data['questions']} --out {data.get('answers_from', args.record)}",
         "answers": answers,
         "costs_measured": data["costs"].get("measured", ""),
+        "costs_forms": data["costs"].get("forms", "exact"),
+        "costs_command": data["costs"].get("command", ""),
         "overheads_s": {"draft": args.draft_overhead, "step": args.step_overhead},
         "speedup": speedups,
         "best_fixed": best_fixed,
@@ -287,6 +309,8 @@ def main() -> None:
     rec.add_argument("--out", required=True)
     cost = sub.add_parser("recost", help="measure this machine's costs again into a record")
     cost.add_argument("record")
+    cost.add_argument("--plain", action="store_true", help="in the plain forms (M+plain's)")
+    cost.add_argument("--out", default=None, help="write to this file (default: the record)")
     rep = sub.add_parser("replay", help="replay the schedules on a record")
     rep.add_argument("record")
     rep.add_argument("--costs-from", default=None, help="a record whose costs to replay with")

@@ -396,9 +396,30 @@ def test_the_dytc_replay_record_shows_the_hindsight_bound_and_the_costs_replayed
         "costs_ms": {"verify": {"1": 53.61, "16": 222.9, "2": 78.9}, "draft": {"w8a8": 36.14}},
     }
     text = "\n".join(results.section("cpu_dytc_replay", record))
+    assert "costs measured in the exact forms 2026-12-07;" in text  # a record of exact costs
     assert "| hindsight (knows the answer) | 1.336 |" in text
     assert text.index("(best fixed)") < text.index("hindsight (knows the answer)")
     assert "T=1 53.6, T=2 78.9, T=16 222.9" in text and "`w8a8` 36.1" in text
     del record["hindsight"]
     text = "\n".join(results.section("cpu_dytc_replay", record))
     assert "hindsight" not in text.lower() and "T=1" not in text
+
+
+def test_a_replay_on_plain_costs_says_so_and_names_the_command_that_measured_them() -> None:
+    record = {
+        "benchmark": "dytc_replay",
+        "questions": "heldout",
+        "answers": 2,
+        "costs_measured": "2026-12-07 02:50 UTC",
+        "costs_forms": "plain",
+        "costs_command": "python benchmarks/dytc_replay.py recost a.json --plain --out b.json",
+        "overheads_s": {"draft": 0.001, "step": 0.003},
+        "speedup": {"pld:3": 1.0, "cas-spec": 1.03},
+        "best_fixed": "pld:3",
+    }
+    lines = results.section("cpu_dytc_replay_plain", record)
+    assert lines[0] == "## CPU, DyTC replayed on the plain forms' costs"
+    assert (
+        "costs measured in the plain forms 2026-12-07 02:50 UTC by "
+        "`python benchmarks/dytc_replay.py recost a.json --plain --out b.json`;" in "\n".join(lines)
+    )

@@ -17,6 +17,7 @@ Records, by the shape of their content rather than a fixed list of names:
 - ``gpu_forward*.json`` (``benchmarks/cuda_forward.py --json``): where a GPU forward's time goes;
 - ``cpu_dytc_replay.json`` (``benchmarks/dytc_replay.py replay --json``: ``"benchmark":
   "dytc_replay"``): DyTC's presets and each refinement alone, on recorded acceptances;
+  ``cpu_dytc_replay_plain.json``: the same answers on costs measured in the plain forms;
 - ``busy_machine.json`` (``benchmarks/busy_machine.py``: ``"benchmark": "busy_machine"``): speed
   per condition and thread setting, speedups, the policy's quiet cost and switches;
 - any other JSON record: its environment and every scalar it holds, so that a new record appears
@@ -49,6 +50,7 @@ ORDER = (
     "dsia_table",
     "busy_machine",
     "cpu_dytc_replay",
+    "cpu_dytc_replay_plain",
     "gpu_bundled_greedy",
     "gpu_bundled_bf16",
     "gpu_forward",
@@ -64,6 +66,7 @@ TITLES = {
     "dsia_table": "DSIA drafts: alpha and c",
     "busy_machine": "A busy machine",
     "cpu_dytc_replay": "CPU, DyTC's refinements replayed on recorded acceptances",
+    "cpu_dytc_replay_plain": "CPU, DyTC replayed on the plain forms' costs",
     "gpu_bundled_greedy": "GPU, bundled prompt set, greedy, float32",
     "gpu_bundled_bf16": "GPU, bundled prompt set, greedy, bfloat16",
     "gpu_forward": "GPU, where a forward's time goes",
@@ -552,10 +555,12 @@ def dytc_replay_section(record: dict[str, Any]) -> list[str]:
     question order and over the orders replayed; then the best fixed schedule's and the
     hindsight bound."""
     speedup, orders = record["speedup"], record.get("orders", {})
+    measured_by = f" by `{record['costs_command']}`" if record.get("costs_command") else ""
     lines = [
         f"{record['answers']} answers ({record['questions']}; recorded by "
-        f"`{record.get('record_command', '')}`), costs measured "
-        f"{record['costs_measured']}; overheads: {num(record['overheads_s']['draft'] * 1e3)} ms "
+        f"`{record.get('record_command', '')}`), costs measured in the "
+        f"{record.get('costs_forms', 'exact')} forms {record['costs_measured']}{measured_by}; "
+        f"overheads: {num(record['overheads_s']['draft'] * 1e3)} ms "
         f"per draft call, {num(record['overheads_s']['step'] * 1e3)} ms per step. A variant "
         "`cas-spec@SWITCH=0` is the default without one refinement, `cas-spec:paper@SWITCH=1` "
         "the paper's policy with it alone (docs/method.md §4.2).",
