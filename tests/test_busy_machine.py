@@ -8,7 +8,6 @@ stand-in process).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import statistics
 import subprocess
@@ -18,6 +17,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from script_support import load_script
 
 import casspec_ref
 
@@ -26,11 +26,7 @@ SCRIPT = Path(casspec_ref.__file__).parent.parent / "benchmarks" / "busy_machine
 
 @pytest.fixture(scope="module")
 def busy() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("busy_machine", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 def cell(busy: ModuleType, key: tuple[int, str, str, str], rate: float | None, **t: Any) -> dict:

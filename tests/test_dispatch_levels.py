@@ -4,18 +4,12 @@ fails."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
+from script_support import load_script
 
-_PATH = Path(__file__).with_name("dispatch_levels.py")
-_SPEC = importlib.util.spec_from_file_location("dispatch_levels", _PATH)
-assert _SPEC is not None and _SPEC.loader is not None
-levels = importlib.util.module_from_spec(_SPEC)
-sys.modules["dispatch_levels"] = levels
-_SPEC.loader.exec_module(levels)
+levels = load_script(Path(__file__).with_name("dispatch_levels.py"))
 
 
 def test_a_level_the_cpu_lacks_is_named_and_not_run(

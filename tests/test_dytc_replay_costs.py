@@ -3,12 +3,12 @@ ones it names, and the model's own setting is left as it was."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
+from script_support import load_script
 
 import casspec_ref
 from casspec_ref.base.random_weights import random_init_
@@ -20,11 +20,7 @@ SCRIPT = Path(casspec_ref.__file__).parent.parent / "benchmarks" / "dytc_replay.
 
 @pytest.fixture(scope="module")
 def replay_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("dytc_replay", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 @pytest.mark.parametrize("plain", [False, True])

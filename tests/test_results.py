@@ -356,22 +356,32 @@ def test_the_exact_cost_record_is_shown_per_level_and_dtype() -> None:
     assert lines[0] == "## CPU, what exactness costs at each dispatch level"
 
 
+def replay_record(**fields: Any) -> dict[str, Any]:
+    """A DyTC replay record (`benchmarks/dytc_replay.py replay --json`), ``fields`` set."""
+    record: dict[str, Any] = {
+        "benchmark": "dytc_replay",
+        "questions": "heldout",
+        "answers": 2,
+        "costs_measured": "2026-12-07",
+        "overheads_s": {"draft": 0.001, "step": 0.003},
+        "speedup": {"pld:3": 0.8, "cas-spec": 0.9},
+        "best_fixed": "pld:3",
+    }
+    return {**record, **fields}
+
+
 def test_the_dytc_replay_record_is_shown_per_variant() -> None:
     """Each DyTC variant a row with its recorded-order speedup and its spread over the orders;
     the best fixed schedule last; a fixed schedule is not listed as a variant."""
-    record = {
-        "benchmark": "dytc_replay",
-        "questions": "prompts_heldout",
-        "answers": 18,
-        "costs_measured": "2026-12-05",
-        "overheads_s": {"draft": 0.001, "step": 0.003},
-        "speedup": {"pld:3": 1.1, "cas-spec": 1.2345, "cas-spec@margin_bins=0": 1.1111},
-        "best_fixed": "pld:3",
-        "orders": {
+    record = replay_record(
+        questions="prompts_heldout",
+        answers=18,
+        speedup={"pld:3": 1.1, "cas-spec": 1.2345, "cas-spec@margin_bins=0": 1.1111},
+        orders={
             "cas-spec": {"median": 1.25, "min": 1.2, "max": 1.3, "n": 4},
             "cas-spec@margin_bins=0": {"median": 1.1, "min": 1.05, "max": 1.15, "n": 4},
         },
-    }
+    )
     lines = results.section("cpu_dytc_replay", record)
     text = "\n".join(lines)
     assert lines[0] == "## CPU, DyTC's refinements replayed on recorded acceptances"
@@ -384,17 +394,10 @@ def test_the_dytc_replay_record_is_shown_per_variant() -> None:
 def test_the_dytc_replay_record_shows_the_hindsight_bound_and_the_costs_replayed() -> None:
     """The bound is a row after the best fixed schedule, and the costs it stands on are printed
     beside it; a record without them shows neither."""
-    record = {
-        "benchmark": "dytc_replay",
-        "questions": "prompts_heldout",
-        "answers": 2,
-        "costs_measured": "2026-12-07",
-        "overheads_s": {"draft": 0.001, "step": 0.003},
-        "speedup": {"pld:3": 0.8, "cas-spec": 0.9},
-        "best_fixed": "pld:3",
-        "hindsight": {"speedup": 1.3361, "steps": {"plain": 3, "pld": 1}},
-        "costs_ms": {"verify": {"1": 53.61, "16": 222.9, "2": 78.9}, "draft": {"w8a8": 36.14}},
-    }
+    record = replay_record(
+        hindsight={"speedup": 1.3361, "steps": {"plain": 3, "pld": 1}},
+        costs_ms={"verify": {"1": 53.61, "16": 222.9, "2": 78.9}, "draft": {"w8a8": 36.14}},
+    )
     text = "\n".join(results.section("cpu_dytc_replay", record))
     assert "costs measured in the exact forms 2026-12-07;" in text  # a record of exact costs
     assert "| hindsight (knows the answer) | 1.336 |" in text
@@ -406,17 +409,11 @@ def test_the_dytc_replay_record_shows_the_hindsight_bound_and_the_costs_replayed
 
 
 def test_a_replay_on_plain_costs_says_so_and_names_the_command_that_measured_them() -> None:
-    record = {
-        "benchmark": "dytc_replay",
-        "questions": "heldout",
-        "answers": 2,
-        "costs_measured": "2026-12-07 02:50 UTC",
-        "costs_forms": "plain",
-        "costs_command": "python benchmarks/dytc_replay.py recost a.json --plain --out b.json",
-        "overheads_s": {"draft": 0.001, "step": 0.003},
-        "speedup": {"pld:3": 1.0, "cas-spec": 1.03},
-        "best_fixed": "pld:3",
-    }
+    record = replay_record(
+        costs_measured="2026-12-07 02:50 UTC",
+        costs_forms="plain",
+        costs_command="python benchmarks/dytc_replay.py recost a.json --plain --out b.json",
+    )
     lines = results.section("cpu_dytc_replay_plain", record)
     assert lines[0] == "## CPU, DyTC replayed on the plain forms' costs"
     assert (

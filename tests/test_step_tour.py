@@ -74,10 +74,11 @@ def test_the_readme_names_every_file_one_step_runs_and_no_other() -> None:
     model = random_init_(Transformer(tiny_llama()), seed=0).eval()
     prompt = [1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 6, 7, 1, 2, 3]  # repeats: prompt lookup drafts too
     ran = traced_files(model, prompt, TRACED_STEPS)
-    named = tour_files(README.read_text(encoding="utf-8"))
+    readme = README.read_text(encoding="utf-8")
+    named = tour_files(readme)
     assert ran - named == set(), f"a step runs files the README's tour does not name: {ran - named}"
     assert named - ran == set(), f"the README's tour names files no step ran: {named - ran}"
-    count = re.search(r"runs functions of (\d+) package files", README.read_text(encoding="utf-8"))
+    count = re.search(r"runs functions of (\d+) package files", readme)
     assert count is not None and int(count.group(1)) == len(ran), "the tour's count is stale"
 
 
