@@ -17,7 +17,13 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 # The tests run on a fixed thread count (a result never depends on the load); `demo` and
 # `bench` leave it to the library's thread policy (casspec_ref/accel/threads.py), unless set.
-pytest tutorials thorough dispatch-levels: export OMP_NUM_THREADS ?= 2
+# The suite and the tutorials run in TEST_WORKERS processes of one thread each (pytest-xdist;
+# 0 = in this process): most tests are Python-bound, and two one-thread workers take about half
+# the time of one two-thread run on two cores. The exactness tests run on a team of two threads
+# in `dispatch-levels`, at every level the CPU has.
+TEST_WORKERS ?= 2
+pytest tutorials: export OMP_NUM_THREADS ?= 1
+thorough dispatch-levels: export OMP_NUM_THREADS ?= 2
 
 .PHONY: setup demo test lint typecheck pytest dispatch-levels tutorials hand-mutants lab bench results clean
 
@@ -46,18 +52,18 @@ typecheck: setup
 	$(BIN)/mypy casspec_ref
 
 pytest: setup
-	$(BIN)/python -m pytest -q --durations=20 tests
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=20 tests
 
-# The exactness tests again under each vector level the CPU has (torch, oneDNN and MKL pinned to
-# it: tests/dispatch_levels.py); prints which levels ran and names those this CPU lacks. The
-# CPU's own level is left to `make pytest`, which has just run the same tests there.
+# The exactness tests again, on two threads, under each vector level the CPU has, its own
+# included (torch, oneDNN and MKL pinned to it: tests/dispatch_levels.py); prints which levels
+# ran and names those this CPU lacks.
 dispatch-levels: setup
-	$(BIN)/python tests/dispatch_levels.py --skip-native
+	$(BIN)/python tests/dispatch_levels.py
 
 # The tutorials: every notebook executed with its exercises solved, and every exercise's check
 # shown to fail on the unfilled stub (tutorials/exercises.py); the slowest runs are listed.
 tutorials: setup
-	$(BIN)/python -m pytest -q --durations=0 tutorials
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=0 tutorials
 
 LAB_STAMP := $(VENV)/.tutorials-installed
 $(LAB_STAMP): $(STAMP)

@@ -15,8 +15,9 @@ than asked.
     python tests/dispatch_levels.py [LEVEL ...]     # default, avx2, avx512 (all by default)
     python tests/dispatch_levels.py --skip-native   # all but the level this process runs at
 
-`make test` passes ``--skip-native``: its own pytest run has just run these tests at the CPU's
-own level, with every library uncapped.
+`make test` runs every level, the CPU's own included: its main pytest run uses one-thread
+workers, so these runs, on the Makefile's two threads, are where the exactness tests meet a team
+of threads. ``--skip-native`` leaves the CPU's own level to a suite run just made on it.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ measuring function is replaced where `prepare` would call it.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -131,6 +132,33 @@ def quiet(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[list[Load
     loads = [Load(2, 0.0, 0.1)]
     monkeypatch.setattr(threads, "sample_load", lambda: loads[0])
     yield loads
+
+
+def test_two_processes_saving_at_once_each_replace_the_file_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second process saves the table between the first's write and its replace (two loads
+    at once, two test workers): each writes a temporary file of its own, so the first's replace
+    still finds its file, the cache holds one whole table and no temporary file is left."""
+    path = tmp_path / "k.json"
+    first = MeasuredTable({(40, 24, torch.float32, 1): Form("wxt")}, {})
+    second = MeasuredTable({(40, 24, torch.float32, 1): Form("linear", 2)}, {})
+    real_replace = Path.replace
+    interleaved = []
+
+    def replace_after_the_other_process_saved(self: Path, target: Path) -> Path:
+        if not interleaved:
+            interleaved.append(self)
+            other_pid = os.getpid() + 1
+            monkeypatch.setattr(os, "getpid", lambda: other_pid)
+            kernel_table.save_cached(second, path)
+        return real_replace(self, target)
+
+    monkeypatch.setattr(Path, "replace", replace_after_the_other_process_saved)
+    kernel_table.save_cached(first, path)
+    assert interleaved, "the second save did not run between the first's write and replace"
+    assert kernel_table.load_cached(path).forms == first.forms
+    assert not list(tmp_path.glob("*.tmp"))
 
 
 def test_prepare_follows_the_environment(

@@ -539,10 +539,17 @@ def load_cached(path: Path | None = None) -> MeasuredTable:
         return MeasuredTable()  # a damaged cache is re-measured, never trusted
 
 
+def _temporary(path: Path) -> Path:
+    """This process's own file to write ``path``'s new content to before it replaces ``path``:
+    two processes saving at once (two loads, two test workers) never write the same file, and
+    each replace is whole."""
+    return path.with_name(f"{path.name}.{os.getpid()}.tmp")
+
+
 def save_cached(table: MeasuredTable, path: Path | None = None) -> Path:
     path = cache_path() if path is None else path
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
+    tmp = _temporary(path)
     if table.contention:
         raise ValueError(f"a table measured under contention is not cached: {table.contention}")
     data = {"key": machine_key(), "checked_threads": list(table.checked_threads)}
@@ -714,7 +721,7 @@ def _save_verdicts(path: Path | None, verdicts: dict[str, object]) -> None:
         return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
+        tmp = _temporary(path)
         key = {**machine_key(), "check": CHECK_VERSION}
         tmp.write_text(json.dumps({"key": key, "verdicts": verdicts}, indent=1, sort_keys=True))
         tmp.replace(path)
