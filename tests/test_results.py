@@ -420,3 +420,72 @@ def test_a_replay_on_plain_costs_says_so_and_names_the_command_that_measured_the
         "costs measured in the plain forms 2026-12-07 02:50 UTC by "
         "`python benchmarks/dytc_replay.py recost a.json --plain --out b.json`;" in "\n".join(lines)
     )
+
+
+# docs/design.md gives each DyTC refinement's replayed worth beside its reason, in one phrase:
+# "Replayed (`SWITCH`...): E% (exact) and P% (plain) in the default[; the paper's policy with it
+# alone E% (exact) and P% (plain)]". Each figure must be the one the replay records give.
+REPLAYED = re.compile(
+    r"Replayed \(`(\w+)`[^)]*\): ([+-]\d+\.\d%) \(exact\) and ([+-]\d+\.\d%) \(plain\) in the "
+    r"default(?:; the paper's policy with it alone ([+-]\d+\.\d%) \(exact\) and "
+    r"([+-]\d+\.\d%) \(plain\))?"
+)
+REPLAY_RECORDS = {"exact": "cpu_dytc_replay", "plain": "cpu_dytc_replay_plain"}
+
+
+def replayed_effects(record: dict[str, Any]) -> dict[tuple[str, str], str]:
+    """(preset, switch) -> the refinement's effect as results.md prints it."""
+    median = {name: o["median"] for name, o in record["orders"].items()}
+    effects = {}
+    for name in median:
+        effect = results._refinement_effect(name, median)
+        if effect:
+            preset, _, change = name.partition("@")
+            effects[(preset, change.partition("=")[0])] = effect
+    return effects
+
+
+def quoted_replay_effects(text: str) -> dict[str, tuple[str | None, ...]]:
+    """Per switch, the figures docs/design.md quotes (exact, plain; the paper's exact, plain)."""
+    flat = " ".join(text.split())
+    return {m.group(1): m.groups()[1:] for m in REPLAYED.finditer(flat)}
+
+
+def test_design_quotes_each_refinements_replayed_effect_as_the_records_give_it(
+    records: dict,
+) -> None:
+    from casspec_ref.dytc_config import REFINEMENTS
+
+    quoted = quoted_replay_effects((ROOT / "docs" / "design.md").read_text(encoding="utf-8"))
+    assert set(quoted) == {"window", *REFINEMENTS}, "a switch without its replayed effect"
+    effects = {forms: replayed_effects(records[name]) for forms, name in REPLAY_RECORDS.items()}
+    for switch, (exact, plain, paper_exact, paper_plain) in quoted.items():
+        want = (effects["exact"][("cas-spec", switch)], effects["plain"][("cas-spec", switch)])
+        assert (exact, plain) == want, f"{switch}: design.md quotes {exact}, {plain}"
+        if paper_exact is not None:
+            want = tuple(effects[f][("cas-spec:paper", switch)] for f in ("exact", "plain"))
+            assert (paper_exact, paper_plain) == want, f"{switch}: the paper's policy with it"
+    # The section's opening: the one switch that pays on both costs, and the others' reach.
+    opening = " ".join((ROOT / "docs" / "design.md").read_text(encoding="utf-8").split())
+    others = [
+        abs(float(effects["exact" if f == 0 else "plain"][("cas-spec", s)].rstrip("%")))
+        for s in quoted
+        if s != "cost_table"
+        for f in (0, 1)
+    ]
+    reach = re.search(r"moves the replay by at most (\d+\.\d)% either way", opening)
+    assert reach and reach.group(1) == f"{max(others):.1f}", (
+        f"the opening's reach of the other switches: the records give {max(others):.1f}%"
+    )
+
+
+def test_the_replayed_effects_check_reads_every_form_of_the_phrase() -> None:
+    text = (
+        "Replayed (`window`, 40 against 20): -0.2% (exact) and -0.5% (plain) in the\n  default; "
+        "the paper's policy with it alone -15.5% (exact) and +2.6% (plain). Replayed "
+        "(`cost_table`): +16.5% (exact) and +5.8% (plain) in the default."
+    )
+    assert quoted_replay_effects(text) == {
+        "window": ("-0.2%", "-0.5%", "-15.5%", "+2.6%"),
+        "cost_table": ("+16.5%", "+5.8%", None, None),
+    }
