@@ -1,7 +1,8 @@
 """Loading a script that is not part of the package (a benchmark, a test driver) as a module.
 
-Not a test module: the tests of `benchmarks/*.py` and `tests/dispatch_levels.py` import their
-script with `load_script`.
+Not a test module: the tests of `benchmarks/*.py`, `tests/dispatch_levels.py` and the
+tutorials' Python files (`tutorials/exercises.py`, lecture 0's sampler) import their script with
+`load_script`.
 """
 
 from __future__ import annotations

@@ -456,7 +456,8 @@ def test_design_quotes_each_refinements_replayed_effect_as_the_records_give_it(
 ) -> None:
     from casspec_ref.dytc_config import REFINEMENTS
 
-    quoted = quoted_replay_effects((ROOT / "docs" / "design.md").read_text(encoding="utf-8"))
+    design = " ".join((ROOT / "docs" / "design.md").read_text(encoding="utf-8").split())
+    quoted = quoted_replay_effects(design)
     assert set(quoted) == {"window", *REFINEMENTS}, "a switch without its replayed effect"
     effects = {forms: replayed_effects(records[name]) for forms, name in REPLAY_RECORDS.items()}
     for switch, (exact, plain, paper_exact, paper_plain) in quoted.items():
@@ -466,14 +467,13 @@ def test_design_quotes_each_refinements_replayed_effect_as_the_records_give_it(
             want = tuple(effects[f][("cas-spec:paper", switch)] for f in ("exact", "plain"))
             assert (paper_exact, paper_plain) == want, f"{switch}: the paper's policy with it"
     # The section's opening: the one switch that pays on both costs, and the others' reach.
-    opening = " ".join((ROOT / "docs" / "design.md").read_text(encoding="utf-8").split())
     others = [
-        abs(float(effects["exact" if f == 0 else "plain"][("cas-spec", s)].rstrip("%")))
+        abs(float(effects[forms][("cas-spec", s)].rstrip("%")))
         for s in quoted
         if s != "cost_table"
-        for f in (0, 1)
+        for forms in effects
     ]
-    reach = re.search(r"moves the replay by at most (\d+\.\d)% either way", opening)
+    reach = re.search(r"moves the replay by at most (\d+\.\d)% either way", design)
     assert reach and reach.group(1) == f"{max(others):.1f}", (
         f"the opening's reach of the other switches: the records give {max(others):.1f}%"
     )

@@ -27,9 +27,9 @@ import json
 import re
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from script_support import load_script
 
 from casspec_ref import dytc_config
 from casspec_ref.baselines import schedules
@@ -38,15 +38,6 @@ from casspec_ref.io.presets import smollm2_cascade, smollm2_drafts
 
 ROOT = Path(__file__).resolve().parent.parent
 TUTORIALS = ROOT / "tutorials"
-
-
-def _load(path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
 
 
 def _flat(text: str) -> str:
@@ -59,7 +50,7 @@ def _markdown(notebook: Path, kinds: tuple[str, ...] = ("markdown",)) -> str:
     return _flat("\n".join("".join(c["source"]) for c in cells if c["cell_type"] in kinds))
 
 
-exercises = _load(TUTORIALS / "exercises.py")
+exercises = load_script(TUTORIALS / "exercises.py")
 NOTEBOOKS = exercises.notebooks()
 WITHOUT_EXERCISES = exercises.WITHOUT_EXERCISES
 LEVELS = [plan.name for plan in smollm2_cascade(smollm2_135m()).levels]
@@ -732,7 +723,7 @@ def test_notation_code_names_exist():
 
 
 def test_lecture_zero_statements_hold():
-    sps = _load(TUTORIALS / "speculative_sampling_in_one_file.py")
+    sps = load_script(TUTORIALS / "speculative_sampling_in_one_file.py")
     # Every row of the tables has two positive residual entries, of different sizes, so that a
     # one-hot or a p-proportional residual is a different law.
     for p, q in zip(sps.TARGET, sps.DRAFT, strict=True):
@@ -773,7 +764,7 @@ def test_lecture_zero_statements_hold():
 
 
 def test_lecture_zero_sampler_is_exact_and_its_bug_is_caught():
-    sps = _load(TUTORIALS / "speculative_sampling_in_one_file.py")
+    sps = load_script(TUTORIALS / "speculative_sampling_in_one_file.py")
     want = sps.ar_law(0, 3)
     assert sum(want.values()) == 1
     for k in (1, 2, 3):
