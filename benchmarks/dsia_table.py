@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
-import shlex
 import statistics
 import sys
 import time
@@ -42,6 +40,7 @@ from casspec_ref.io.presets import seed_hierarchy
 from casspec_ref.io.weights import load_model
 from casspec_ref.kv_cache import KVCache
 from casspec_ref.plan import ExecutionPlan
+from casspec_ref.tools.bench import command_line
 from casspec_ref.tools.bench import environment as bench_environment
 from casspec_ref.tools.layer_search import (
     SearchConfig,
@@ -289,9 +288,7 @@ def main() -> None:
     table = "\n".join(lines)
     print(table)
     args.out.mkdir(parents=True, exist_ok=True)
-    threads = os.environ.get("OMP_NUM_THREADS")
-    prefix = f"OMP_NUM_THREADS={threads} " if threads else ""
-    command = prefix + shlex.join(["python", "benchmarks/dsia_table.py", *sys.argv[1:]])
+    command = command_line(sys.argv[1:], ("benchmarks/dsia_table.py",))
     environment = bench_environment("cpu", "float32", command)
     record = {"environment": {**environment, "notes": env}, "rows": [r.__dict__ for r in rows]}
     text = json.dumps(record, indent=1) + "\n"

@@ -133,14 +133,13 @@ def do_recost(args: argparse.Namespace) -> None:
     """Measure this machine's costs again into an existing record (answers untouched)."""
     from casspec_ref.io.weights import load_model
     from casspec_ref.speculative import default_drafts
+    from casspec_ref.tools.bench import command_line
 
     model, _ = load_model()
     with open(args.record) as f:
         data = json.load(f)
     data["costs"] = measure_costs(model, list(default_drafts(model)), plain=args.plain)
-    data["costs"]["command"] = "OMP_NUM_THREADS=2 " + shlex.join(
-        ["python", "benchmarks/dytc_replay.py", *sys.argv[1:]]
-    )
+    data["costs"]["command"] = command_line(sys.argv[1:], ("benchmarks/dytc_replay.py",))
     data.pop("note", None)  # a note written by hand described the costs replaced
     out = args.out or args.record
     if out != args.record:  # a copy: its answers were recorded into the original

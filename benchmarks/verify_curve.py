@@ -26,7 +26,6 @@ import argparse
 import json
 import os
 import platform
-import shlex
 import statistics
 import sys
 import time
@@ -40,7 +39,7 @@ from casspec_ref.config import smollm2_135m
 from casspec_ref.generate import generate_ar
 from casspec_ref.kv_cache import KVCache
 from casspec_ref.model import Transformer
-from casspec_ref.tools.bench import environment
+from casspec_ref.tools.bench import command_line, environment
 
 SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
 CONTEXT = 256
@@ -161,9 +160,7 @@ def main() -> None:
         f"\nweights {weight_bytes / 1e6:.0f} MB, read bandwidth {bandwidth / 1e9:.1f} GB/s, "
         f"floor {floor_ms:.1f} ms; T=1 after / floor = {curve['after'][1] / floor_ms:.2f}"
     )
-    threads = os.environ.get("OMP_NUM_THREADS")
-    prefix = f"OMP_NUM_THREADS={threads} " if threads else ""
-    command = prefix + shlex.join(["python", "benchmarks/verify_curve.py", *sys.argv[1:]])
+    command = command_line(sys.argv[1:], ("benchmarks/verify_curve.py",))
     record: dict[str, object] = {
         "environment": environment("cpu", "float32", command),
         "curve_ms": curve,

@@ -475,3 +475,18 @@ def test_a_run_from_modified_sources_names_no_bare_commit(tmp_path: Path, monkey
     assert bench.git_commit() == head.strip() + "+modified"
     monkeypatch.chdir(tmp_path / "..")
     assert "+modified" not in bench.git_commit()
+
+
+def test_a_records_command_names_its_program_and_the_thread_count_it_ran_under(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert (
+        bench.command_line(["--quick"]) == "OMP_NUM_THREADS=3 python -m casspec_ref bench --quick"
+    )
+    script = bench.command_line(["recost", "a b.json"], ("benchmarks/dytc_replay.py",))
+    assert script == "OMP_NUM_THREADS=3 python benchmarks/dytc_replay.py recost 'a b.json'"
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert bench.command_line(["x"], ("benchmarks/dsia_table.py",)) == (
+        "python benchmarks/dsia_table.py x"
+    )

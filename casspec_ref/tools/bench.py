@@ -864,13 +864,16 @@ def machine_name(device: str, cpuinfo: str | None = None) -> str:
     return f"{model}, {os.cpu_count()} cores" + (f", {vector}" if vector else "")
 
 
-def command_line(argv: Sequence[str]) -> str:
-    """The command that reproduces a run, with the thread count it ran under."""
+def command_line(
+    argv: Sequence[str], program: Sequence[str] = ("-m", "casspec_ref", "bench")
+) -> str:
+    """The command that reproduces a run of ``python PROGRAM ARGV`` (default: the bench; a
+    benchmark script: its path), with the thread count it ran under."""
     import os
 
     threads = os.environ.get("OMP_NUM_THREADS")
     prefix = f"OMP_NUM_THREADS={threads} " if threads else ""
-    return prefix + shlex.join(["python", "-m", "casspec_ref", "bench", *argv])
+    return prefix + shlex.join(["python", *program, *argv])
 
 
 def git_commit() -> str:
