@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from casspec_ref.accel import threads
 from casspec_ref.config import tiny_llama
 from casspec_ref.generate import GenerationResult
 from casspec_ref.model import Transformer
@@ -37,6 +38,14 @@ class ByteTokenizer:
 
     def decode(self, ids: list[int]) -> str:
         return "".join(chr(ord("a") + (i % 26)) for i in ids)
+
+
+@pytest.fixture(autouse=True)
+def quiet_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every run here reads the same quiet load at its start and end: what a run prints must not
+    depend on what other processes (a second test worker) do meanwhile."""
+    quiet = {"others_cores": 0.0, "cpus": 2, "loadavg_1m": 0.0}
+    monkeypatch.setattr(threads, "machine_load", lambda window_s=0.5: dict(quiet))
 
 
 @pytest.fixture(scope="module")
