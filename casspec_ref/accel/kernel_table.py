@@ -539,22 +539,21 @@ def load_cached(path: Path | None = None) -> MeasuredTable:
         return MeasuredTable()  # a damaged cache is re-measured, never trusted
 
 
-def _temporary(path: Path) -> Path:
-    """This process's own file to write ``path``'s new content to before it replaces ``path``:
-    two processes saving at once (two loads, two test workers) never write the same file, and
-    each replace is whole."""
-    return path.with_name(f"{path.name}.{os.getpid()}.tmp")
+def _write_whole(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` whole: written first to a file of this process's own, so
+    that two processes saving at once (two loads, two test workers) never write the same file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
 
 
 def save_cached(table: MeasuredTable, path: Path | None = None) -> Path:
     path = cache_path() if path is None else path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _temporary(path)
     if table.contention:
         raise ValueError(f"a table measured under contention is not cached: {table.contention}")
     data = {"key": machine_key(), "checked_threads": list(table.checked_threads)}
-    tmp.write_text(json.dumps({**data, "entries": table.to_json()}, indent=1))
-    tmp.replace(path)
+    _write_whole(path, json.dumps({**data, "entries": table.to_json()}, indent=1))
     return path
 
 
@@ -720,11 +719,8 @@ def _save_verdicts(path: Path | None, verdicts: dict[str, object]) -> None:
     if path is None:
         return
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = _temporary(path)
         key = {**machine_key(), "check": CHECK_VERSION}
-        tmp.write_text(json.dumps({"key": key, "verdicts": verdicts}, indent=1, sort_keys=True))
-        tmp.replace(path)
+        _write_whole(path, json.dumps({"key": key, "verdicts": verdicts}, indent=1, sort_keys=True))
     except OSError:
         pass  # a read-only cache: the check runs again next time
 
