@@ -356,6 +356,62 @@ def test_the_exact_cost_record_is_shown_per_level_and_dtype() -> None:
     assert lines[0] == "## CPU, what exactness costs at each dispatch level"
 
 
+def dispatch_row(level: str, dtype: str, **fields: Any) -> dict[str, Any]:
+    """One row of a dispatch-kernels record (`benchmarks/dispatch_kernels.py`), ``fields`` set."""
+    row: dict[str, Any] = {
+        "level": level,
+        "dtype": dtype,
+        "capability": level.upper(),
+        "onednn_max_cpu_isa": "AVX2",
+        "mkl_enable_instructions": "",
+        "threads": [1, 2],
+        "silu_rows_differ": {"13": 327, "48": 0},
+        "rowwise_silu_rows_differ": {"13": 0, "48": 0},
+        "linear_prefixes_differ": {"q, o": 9, "head": 7},
+        "tiles_pass": {"q, o": {"rows": True, "linear@2": True}, "head": {"linear@2": True}},
+        "attention_threads_agree": dtype == "bfloat16",
+    }
+    return {**row, **fields}
+
+
+def test_the_dispatch_kernels_record_is_shown_a_column_per_level() -> None:
+    """Each count in its level's column, the failed tiles named with their weights, and a level
+    the CPU lacked a column of its own whose every cell says it was not run."""
+    failing = {"q, o": {"rows": False, "linear@2": True}, "head": {"linear@2": False}}
+    record = {
+        "benchmark": "dispatch_kernels",
+        "levels_not_run": ["avx512: this CPU lacks avx512f"],
+        "rows": [
+            dispatch_row("avx2", "float32", tiles_pass=failing),
+            dispatch_row("avx2", "bfloat16", silu_rows_differ={"13": 5, "48": 1}),
+        ],
+    }
+    lines = results.section("cpu_dispatch_kernels", record)
+    assert lines[0] == "## CPU, what each dispatch level does to the plain kernels"
+    text = "\n".join(lines)
+    header = "| what | avx2 (AVX2; oneDNN AVX2, MKL uncapped) | avx512: not run (this CPU lacks "
+    assert header + "avx512f) |" in text
+    assert "widths 13 / 48 | 327 / 0 | not run |" in text
+    assert (
+        "`silu`, bfloat16: rows of 1-40-row calls that differ from one-row calls, widths 13 / 48 "
+        "| 5 / 1 |" in text
+    )
+    assert "weights q, o / head | 9 / 7 | not run |" in text
+    assert "float32 (at 1 and 2 threads) | `rows` (q, o); `linear@2` (head) |" in text
+    assert "bfloat16 (at 1 and 2 threads) | none of 2 (`linear@2`, `rows`) |" in text
+    assert "float32 / bfloat16 | no / yes | not run |" in text
+
+
+def test_floating_point_shows_the_dispatch_table_of_the_record(records: dict) -> None:
+    """docs/floating_point.md's table per dispatch level is the record's, cell for cell."""
+    page = (ROOT / "docs" / "floating_point.md").read_text(encoding="utf-8")
+    body = results.dispatch_kernels_section(records["cpu_dispatch_kernels"])
+    assert "\n".join(body) in page, (
+        "docs/floating_point.md's dispatch-level table differs from the one "
+        "docs/bench/cpu_dispatch_kernels.json gives:\n" + "\n".join(body)
+    )
+
+
 def replay_record(**fields: Any) -> dict[str, Any]:
     """A DyTC replay record (`benchmarks/dytc_replay.py replay --json`), ``fields`` set."""
     record: dict[str, Any] = {

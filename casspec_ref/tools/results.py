@@ -44,6 +44,7 @@ ORDER = (
     "cpu_heldout_greedy",
     "cpu_heldout_bf16",
     "cpu_exact_cost",
+    "cpu_dispatch_kernels",
     "cpu_bundled_greedy",
     "cpu_heldout_sampling",
     "cpu_verify_curve",
@@ -60,6 +61,7 @@ TITLES = {
     "cpu_heldout_greedy": "CPU, held-out prompt set, greedy",
     "cpu_heldout_bf16": "CPU, held-out prompt set, greedy, bfloat16",
     "cpu_exact_cost": "CPU, what exactness costs at each dispatch level",
+    "cpu_dispatch_kernels": "CPU, what each dispatch level does to the plain kernels",
     "cpu_bundled_greedy": "CPU, bundled prompt set, greedy",
     "cpu_heldout_sampling": "CPU, held-out prompt set, sampling",
     "cpu_verify_curve": "CPU, the verify cost curve",
@@ -549,6 +551,84 @@ def exact_cost_section(record: dict[str, Any]) -> list[str]:
     return lines
 
 
+def dispatch_kernels_section(record: dict[str, Any]) -> list[str]:
+    """benchmarks/dispatch_kernels.py: what the plain kernels do to a row's bits, one column per
+    dispatch level (a level the record did not run: every cell marked), one row per count; the
+    table docs/floating_point.md shows."""
+    by_level: dict[str, dict[str, dict[str, Any]]] = {}
+    for r in record["rows"]:
+        by_level.setdefault(r["level"], {})[r["dtype"]] = r
+    header = ["what"] + [_level_heading(next(iter(rows.values()))) for rows in by_level.values()]
+    not_run = [m.partition(": ") for m in record.get("levels_not_run", [])]
+    header += [f"{level}: not run ({why})" for level, _, why in not_run]
+    rows = []
+    for what, cell in _dispatch_cells(record):
+        row = [what] + [cell(dtypes) for dtypes in by_level.values()]
+        rows.append(row + ["not run"] * len(not_run))
+    return table(header, rows)
+
+
+def _level_heading(r: dict[str, Any]) -> str:
+    caps = [f"oneDNN {r.get('onednn_max_cpu_isa') or 'uncapped'}"]
+    caps.append(f"MKL {r.get('mkl_enable_instructions') or 'uncapped'}")
+    return f"{r['level']} ({r['capability']}; {', '.join(caps)})"
+
+
+def _dispatch_cells(record: dict[str, Any]) -> list[tuple[str, Any]]:
+    """(row label, cell of a level's rows by dtype) for each row of the dispatch table."""
+    first = record["rows"][0]
+    widths = " / ".join(first["silu_rows_differ"])
+    shapes = " / ".join(first["linear_prefixes_differ"])
+    threads = " and ".join(str(n) for n in first["threads"])
+
+    def counts(key: str, dtype: str) -> Any:
+        return lambda d: " / ".join(str(v) for v in d[dtype][key].values()) if dtype in d else "-"
+
+    cells = []
+    for dtype in ("float32", "bfloat16"):
+        cells += [
+            (
+                f"torch's `silu`, {dtype}: rows of 1-40-row calls that differ from one-row "
+                f"calls, widths {widths}",
+                counts("silu_rows_differ", dtype),
+            ),
+            (f"`rowwise(silu)`, {dtype}, same widths", counts("rowwise_silu_rows_differ", dtype)),
+            (
+                f"`F.linear` untiled, {dtype}: of the 1..32-row prefixes of a 32-row product, "
+                f"those with a row that differs; weights {shapes}",
+                counts("linear_prefixes_differ", dtype),
+            ),
+            (
+                f"tiles that fail the machine check, {dtype} (at {threads} threads)",
+                lambda d, dtype=dtype: _failed_tiles(d[dtype]) if dtype in d else "-",
+            ),
+        ]
+    cells.append(
+        (
+            f"one token's fused attention keeps its bits at {threads} threads: float32 / bfloat16",
+            lambda d: " / ".join(
+                num(d[t]["attention_threads_agree"]) if t in d else "-"
+                for t in ("float32", "bfloat16")
+            ),
+        )
+    )
+    return cells
+
+
+def _failed_tiles(r: dict[str, Any]) -> str:
+    """The tiles that failed, with their weights; "none of N" when every tile passed."""
+    verdicts = r["tiles_pass"]
+    failed: dict[str, list[str]] = {}
+    for weight, tiles in verdicts.items():
+        for tile, passed in tiles.items():
+            if not passed:
+                failed.setdefault(tile, []).append(weight)
+    if not failed:
+        tried = sorted({t for tiles in verdicts.values() for t in tiles})
+        return f"none of {len(tried)} (`{'`, `'.join(tried)}`)"
+    return "; ".join(f"`{t}` ({', '.join(w)})" for t, w in failed.items())
+
+
 def dytc_replay_section(record: dict[str, Any]) -> list[str]:
     """DyTC's two presets and each refinement alone, replayed on recorded acceptances and
     costs (no forward timed again): overall speedup over the naive loop, in the recorded
@@ -667,6 +747,8 @@ def section(name: str, record: dict[str, Any]) -> list[str]:
         body = busy_machine_section(record)
     elif record.get("benchmark") == "exact_cost" and "rows" in record:
         body = exact_cost_section(record)
+    elif record.get("benchmark") == "dispatch_kernels" and "rows" in record:
+        body = dispatch_kernels_section(record)
     elif record.get("benchmark") == "dytc_replay" and "speedup" in record:
         body = dytc_replay_section(record)
     else:
