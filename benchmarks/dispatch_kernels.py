@@ -12,8 +12,10 @@ tests/dispatch_levels.py does), a process of its own counts, in float32 and bflo
   weight shape, how many have a row that differs from the whole product's;
 - **tiles**: whether each tile the machine check may choose passes that check (`rows_agree`:
   64 rows, 32 for the LM head's weight, at the thread policy's counts) for each weight shape;
-- **attention across thread counts**: whether one token's fused attention call keeps its bits
-  at the thread policy's counts (`attention_threads_agree`).
+- **attention across thread counts**: whether one token's fused attention call, the kernel
+  alone on the caller's threads, keeps its bits at the thread policy's counts
+  (`attention_threads_agree` with ``raw``; the model runs the call on one thread, and the
+  machine check checks that).
 
 A level the CPU lacks is recorded as not run. One JSON record for all levels:
 
@@ -133,7 +135,7 @@ def measure(dtype_name: str) -> dict[str, Any]:
         "tiles_pass": {
             name: tiles_pass(shape, name == "head", dtype, levels) for name, shape in shapes.items()
         },
-        "attention_threads_agree": invariance.attention_threads_agree(dtype, levels),
+        "attention_threads_agree": invariance.attention_threads_agree(dtype, levels, raw=True),
     }
 
 

@@ -13,8 +13,11 @@ import pytest
 import torch
 
 from casspec_ref.accel import invariance
-from casspec_ref.base import kernels
+from casspec_ref.base import exact_attention, kernels
 from casspec_ref.base.kernels import Form
+from casspec_ref.base.random_weights import random_init_
+from casspec_ref.config import tiny_llama
+from casspec_ref.model import Transformer
 
 
 def _count_dependent(x: torch.Tensor, above: int = 1) -> torch.Tensor:
@@ -124,7 +127,9 @@ def test_attention_across_thread_counts_says_no_to_a_kernel_that_rounds_by_them(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A fused kernel whose bits follow the thread count (as one that splits the keys between
-    threads would) is refused; one that ignores it is accepted."""
+    threads would) is refused, alone and as the model calls it when the model leaves the count
+    to the caller; the model's call on its own one thread is accepted, and so is a kernel that
+    ignores the count."""
     real = invariance.F.scaled_dot_product_attention
 
     def by_threads(q, k, v):  # type: ignore[no-untyped-def]
@@ -135,9 +140,34 @@ def test_attention_across_thread_counts_says_no_to_a_kernel_that_rounds_by_them(
             return real(q, k, v)
 
     monkeypatch.setattr(invariance.F, "scaled_dot_product_attention", by_threads)
+    assert not invariance.attention_threads_agree(torch.float32, (1, 2), raw=True)
+    assert invariance.attention_threads_agree(torch.float32, (1, 2))
+    assert exact_attention.ATTENTION_THREADS == 1
+    monkeypatch.setattr(exact_attention, "ATTENTION_THREADS", None)
     assert not invariance.attention_threads_agree(torch.float32, (1, 2))
     monkeypatch.setattr(invariance.F, "scaled_dot_product_attention", serial)
     assert invariance.attention_threads_agree(torch.float32, (1, 2))
+    assert invariance.attention_threads_agree(torch.float32, (1, 2), raw=True)
+
+
+def test_the_model_attention_runs_on_its_own_thread_count_and_restores_the_callers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every call of a target forward's attention sees `ATTENTION_THREADS` threads on a CPU, and
+    the caller's count is back after it."""
+    seen: list[int] = []
+    real = invariance.F.scaled_dot_product_attention
+
+    def counting(q, k, v, **kw):  # type: ignore[no-untyped-def]
+        seen.append(torch.get_num_threads())
+        return real(q, k, v, **kw)
+
+    model = random_init_(Transformer(tiny_llama(vocab_size=32, max_seq_len=32)), seed=1)
+    monkeypatch.setattr(invariance.F, "scaled_dot_product_attention", counting)
+    with invariance.threads_at(2):
+        model(torch.tensor([[1, 2, 3, 4]]))
+        assert torch.get_num_threads() == 2
+    assert seen and set(seen) == {1}
 
 
 def test_the_report_says_what_is_missing() -> None:

@@ -8,8 +8,9 @@ depends on the CPU and the library build: the model's target forwards ask for on
 weight shape (`casspec_ref.base.kernels.exact_linear` with ``shape_invariant``), and this module
 checks them here. Attention needs no check of its shapes: each token's is the naive loop's own
 call (`casspec_ref.base.exact_attention`), the same shapes and layout at any row count. What a
-call cannot fix is the thread count, which the thread policy may switch during a run; the fused
-kernel is checked to keep its bits across the policy's counts (`attention_threads_agree`).
+call cannot fix is the thread count, which the thread policy may switch during a run: the calls
+run on one thread whatever the policy's count, and the check confirms that the model's attention
+keeps its bits across the policy's counts (`attention_threads_agree`).
 
 The target's products run tiled (`casspec_ref.base.kernels.tiled_linear`): every library call
 has one shape, ``(R, in) x (in, out)``, so the library's choice of kernel and order of additions
@@ -28,14 +29,14 @@ runs row by row (`kernels.ROW_BY_ROW`), invariant without a check, and the repor
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 
 import torch
 import torch.nn.functional as F
 
+from casspec_ref.base.exact_attention import each_token, threads_at
 from casspec_ref.base.kernels import ROWS, TILE_ROWS, Form, base_forms, tiled_linear
 
 #: The row counts checked: every count up to `FULL_ROWS`, from the naive loop's one row to a
@@ -53,17 +54,6 @@ ATTENTION_GROUPS = (1, 2, 3)
 HEAD_DIM = 64
 
 Rows = Callable[[torch.Tensor], torch.Tensor]
-
-
-@contextmanager
-def threads_at(n: int) -> Iterator[None]:
-    """Run the block on ``n`` threads; the caller's count is restored."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
 
 
 def rows_agree(rows_of: Rows, x: torch.Tensor, levels: Iterable[int], gen: torch.Generator) -> bool:
@@ -141,9 +131,11 @@ def ranked_tiles(
     return ([ROWS] if one_row_products and dtype == torch.float32 else []) + near + rest
 
 
-def attention_threads_agree(dtype: torch.dtype, levels: Iterable[int]) -> bool:
+def attention_threads_agree(dtype: torch.dtype, levels: Iterable[int], raw: bool = False) -> bool:
     """Whether one token's attention call (its G query heads over S keys, `ATTENTION_GROUPS` x
-    `ATTENTION_KEYS`, three KV heads) gives the same bits at every thread count of ``levels``."""
+    `ATTENTION_KEYS`, three KV heads) gives the same bits at every thread count of ``levels``:
+    made as the model makes it (`exact_attention.each_token`, on its own thread count), or with
+    ``raw`` the fused kernel alone, on the caller's count."""
     levels = sorted(set(levels))
     if len(levels) < 2:
         return True  # one thread count: nothing to switch between
@@ -156,8 +148,15 @@ def attention_threads_agree(dtype: torch.dtype, levels: Iterable[int]) -> bool:
     outs = []
     for n in levels:
         with threads_at(n):
-            outs.append([F.scaled_dot_product_attention(q, k, v) for q, k, v in cases])
+            outs.append([_one_token(q, k, v, raw) for q, k, v in cases])
     return all(torch.equal(a, b) for other in outs[1:] for a, b in zip(outs[0], other, strict=True))
+
+
+def _one_token(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, raw: bool) -> torch.Tensor:
+    """One token's attention, ``q (1, Hkv, G, Dh)`` over ``k, v (1, Hkv, S, Dh)``."""
+    if raw:
+        return F.scaled_dot_product_attention(q, k, v)
+    return each_token(q, 1, lambda _, query: F.scaled_dot_product_attention(query, k, v))
 
 
 @dataclass

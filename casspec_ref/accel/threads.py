@@ -21,10 +21,11 @@ OpenMP's default wait and chooses the count:
   times jump (`JumpDetector`). Going down takes one reading, going back up two in a row.
 
 Switching threads between forwards is exact only where each forward gives the same bits at
-every thread count the policy uses, and some kernels split their work by the team size (on the
-CPU this was written on, MKL's float32 product of 5-11 rows, and attention for one new token).
-So the count switches during a run only if the target's shape-invariant forms (every weight
-shape's tile and the attention) were checked to give the same bits at 1 and
+every thread count the policy uses, and some kernels split their work by the team size (MKL's
+float32 product of a few rows, torch's fused float32 attention for one new token, which the
+model therefore runs on one thread: `casspec_ref.base.exact_attention`). So the count switches
+during a run only if the target's shape-invariant forms (every weight shape's tile and the
+attention) were checked to give the same bits at 1 and
 `Policy.max_threads` threads (`casspec_ref.accel.invariance`, run by
 `casspec_ref.accel.kernel_table.prepare`, then `allow_switching`), and only for forwards within
 the row counts checked (`threads_for`: a larger forward runs on every thread): at most

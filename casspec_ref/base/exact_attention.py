@@ -15,16 +15,40 @@ The model makes two calls: `token_keys`, once per forward (which keys each new t
 ancestors, which sit among its siblings in the cache: before its call, its keys are copied, in
 order, into the slots after the prefix, where the naive loop's cache holds them; after the layer
 the new rows are put back in node order.
+
+The thread count is the one thing a call's shape does not fix: torch's fused CPU kernel may split
+one token's keys between its threads (in float32 it does, and rounds by the team size), and the
+thread policy may change the count between forwards (`casspec_ref.accel.threads`). So on a CPU
+the calls run on `ATTENTION_THREADS` threads, one: a lone thread's order of additions is the
+kernel's serial one, fixed by the shapes. One token's attention is a small problem: on the
+machine of the records one thread is as fast as two up to a few hundred keys
+(`casspec_ref.accel.invariance.attention_threads_agree` checks the construction on the machine).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+#: The threads one token's attention call runs on, on a CPU (None: the caller's count, which
+#: the thread policy may switch between forwards).
+ATTENTION_THREADS: int | None = 1
+
+
+@contextmanager
+def threads_at(n: int) -> Iterator[None]:
+    """Run the block on ``n`` threads; the caller's count is restored."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
 
 
 class TokenKeys(NamedTuple):
@@ -93,9 +117,12 @@ def attention_alone(q: Tensor, k: Tensor, v: Tensor, keys: TokenKeys) -> Tensor:
 def each_token(q: Tensor, tokens: int, attend: Callable[[int, Tensor], Tensor]) -> Tensor:
     """``attend(i, q_i)`` for each token i in order, ``q_i (B, Hkv, G, Dh)`` its G query heads
     with its rows contiguous, as the naive loop's query holds them; the results folded back
-    into ``q``'s layout ``(B, Hkv, G*T, Dh)``, query head g of token i at row ``g*T + i``."""
+    into ``q``'s layout ``(B, Hkv, G*T, Dh)``, query head g of token i at row ``g*T + i``.
+    On a CPU the calls run on `ATTENTION_THREADS` threads, whatever the caller's count."""
     n_batch, heads, rows, head_dim = q.shape
     by_token = q.view(n_batch, heads, rows // tokens, tokens, head_dim).transpose(2, 3)
     by_token = by_token.contiguous()  # (B, Hkv, T, G, Dh)
-    outs = [attend(i, by_token[:, :, i]) for i in range(tokens)]  # T x (B, Hkv, G, Dh)
+    threads = ATTENTION_THREADS if q.device.type == "cpu" else None
+    with nullcontext() if threads is None else threads_at(threads):
+        outs = [attend(i, by_token[:, :, i]) for i in range(tokens)]  # T x (B, Hkv, G, Dh)
     return torch.stack(outs, dim=3).view(q.shape)  # (B, Hkv, G, T, Dh) -> (B, Hkv, G*T, Dh)
