@@ -20,9 +20,10 @@ The thread count is the one thing a call's shape does not fix: torch's fused CPU
 one token's keys between its threads (in float32 it does, and rounds by the team size), and the
 thread policy may change the count between forwards (`casspec_ref.accel.threads`). So on a CPU
 the calls run on `ATTENTION_THREADS` threads, one: a lone thread's order of additions is the
-kernel's serial one, fixed by the shapes. One token's attention is a small problem: on the
-machine of the records one thread is as fast as two up to a few hundred keys
-(`casspec_ref.accel.invariance.attention_threads_agree` checks the construction on the machine).
+kernel's serial one, fixed by the shapes. One token's attention is a small problem, so a team
+gains little on it (results.md, "CPU, what exactness costs at each dispatch level", times the
+whole forward); `casspec_ref.accel.invariance.attention_threads_agree` checks the construction on
+the machine.
 """
 
 from __future__ import annotations
