@@ -50,6 +50,7 @@ from typing import Any, Protocol, TextIO
 import numpy as np
 import torch
 
+from casspec_ref.base.exact_attention import threads_at
 from casspec_ref.proof import vllm_v1
 from casspec_ref.proof.adapters import Draws, route_all
 from casspec_ref.proof.cases import (
@@ -515,7 +516,9 @@ def _run_cases(
     )
     eager = eager_compiled() if compiled else contextlib.nullcontext()
     low_precision: set[str] = set()
-    with routes as book, _one_torch_thread(), eager:
+    # One intra-op thread: the cases' tensors hold a few numbers, so more threads only add
+    # synchronisation, which on a busy machine costs more than the work.
+    with routes as book, threads_at(1), eager:
         for case in cases:
             verdict = _run_case(case, build, report, sandbox, book, timeout, max_paths)
             if book is not None:
@@ -673,18 +676,6 @@ def _rounding_note(report: CheckReport, low_precision: set[str]) -> None:
         f"and {what}: this is likely rounding, not the algorithm; rerun with --tolerance "
         "float32 (tolerance='float32')"
     )
-
-
-@contextlib.contextmanager
-def _one_torch_thread() -> Iterator[None]:
-    """Run the checked code with one intra-op torch thread: the cases' tensors hold a few numbers,
-    so more threads only add synchronisation, which on a busy machine costs more than the work."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _finish(
@@ -877,7 +868,7 @@ def check_verifier(
     if sig.mode != "chain":
         raise ValueError(f"signature {signature!r} is for {sig.mode} verifiers")
     if cases is None:
-        with _one_torch_thread():
+        with threads_at(1):
             cases = default_cases(exact=exact)
     _check_families(families, CHAIN_FAMILIES, "chain")
     selected = select_cases(cases, families=families, vocab=vocab, k=k)
@@ -980,7 +971,7 @@ def check_tree_verifier(
     A verifier that supports only some child rules is checked on those families.
     """
     if cases is None:
-        with _one_torch_thread():
+        with threads_at(1):
             cases = tree_cases(exact=exact)
     _check_families(families, TREE_FAMILIES, "tree")
     selected = select_cases(cases, families=families, vocab=vocab, k=k)
@@ -1078,7 +1069,7 @@ def check_loop(
     bugs (a q that is not the law the drafts were drawn from) and cross-step bugs (a generator
     re-seeded every step) change this law. Float64 only."""
     if cases is None:
-        with _one_torch_thread():
+        with threads_at(1):
             cases = loop_cases()
     _check_families(families, LOOP_FAMILIES, "loop")
     selected = select_cases(cases, families=families, vocab=vocab)
