@@ -241,6 +241,8 @@ def do_replay(args: argparse.Namespace) -> None:
     per = " ".join(f"{ar.seconds[g] / bound.seconds[g]:9.3f}" for g in groups)
     print(f"{'hindsight (knows the answer)':36s} {overall:8.3f} {per}")
     print(f"hindsight's steps by kind: {dict(sorted(kinds.items(), key=lambda kv: -kv[1]))}")
+    for name in ("cas-spec", "cas-spec:paper"):
+        print_kinds(name, runs[name])
     if args.orders > 1:
         print(f"DyTC in {args.orders} question orders (as recorded, then shuffled), overall:")
         for name, speedups in orders.items():
@@ -251,8 +253,37 @@ def do_replay(args: argparse.Namespace) -> None:
     if args.json:
         speedups = {n: ar_seconds / sum(r.seconds.values()) for n, r in runs.items() if n != "ar"}
         bound_speedup = ar_seconds / sum(bound.seconds.values())
-        write_record(args, data, len(records), speedups, best_fixed, orders, bound_speedup, kinds)
+        ledgers = {name: steps_by_kind(runs[name]) for name in ("cas-spec", "cas-spec:paper")}
+        figures = (speedups, best_fixed, orders, bound_speedup, kinds, ledgers)
+        write_record(args, data, len(records), *figures)
         print(f"wrote {args.json}")
+
+
+def steps_by_kind(run: Replayed) -> dict[str, dict[str, float]]:
+    """A replay's steps by kind (`Replayed.kinds`), as plain data in milliseconds, the kind that
+    lost most first."""
+    rows = sorted(run.kinds.items(), key=lambda kv: kv[1].gained)
+    return {
+        kind: {
+            "steps": k.steps,
+            "tokens": k.tokens,
+            "ms": 1e3 * k.seconds,
+            "naive_ms": 1e3 * k.naive_seconds,
+        }
+        for kind, k in rows
+    }
+
+
+def print_kinds(name: str, run: Replayed) -> None:
+    """Where `name`'s time went, by kind of step, against the naive loop on the same tokens."""
+    print(f"\n{name}, recorded order: steps by what drafted them (ms; gained = naive - spent)")
+    print(f"  {'kind':42s} {'steps':>6s} {'tokens':>7s} {'spent':>9s} {'naive':>9s} {'gained':>8s}")
+    for kind, k in steps_by_kind(run).items():
+        gained = k["naive_ms"] - k["ms"]
+        print(
+            f"  {kind:42s} {k['steps']:6.0f} {k['tokens']:7.0f} {k['ms']:9.1f} "
+            f"{k['naive_ms']:9.1f} {gained:+8.1f}"
+        )
 
 
 def write_record(
@@ -264,10 +295,12 @@ def write_record(
     orders: dict[str, list[float]],
     bound: float,
     bound_steps: dict[str, int],
+    ledgers: dict[str, dict[str, dict[str, float]]],
 ) -> None:
     """The replay's figures as a results record (docs/bench/, `casspec_ref.tools.results`):
     each method's overall speedup over the naive loop, DyTC's over the question orders, the
-    hindsight bound (``bound``, its steps by kind) and the measured costs it was replayed on."""
+    hindsight bound (``bound``, its steps by kind), each preset's steps by kind in the recorded
+    order (``ledgers``, `steps_by_kind`) and the measured costs it was replayed on."""
     from casspec_ref.tools.bench import environment
 
     command = shlex.join(["python", "benchmarks/dytc_replay.py", *sys.argv[1:]])
@@ -285,6 +318,7 @@ def write_record(
         "speedup": speedups,
         "best_fixed": best_fixed,
         "hindsight": {"speedup": bound, "steps": bound_steps},
+        "steps_by_kind": ledgers,
         "costs_ms": {
             "verify": {t: 1e3 * s for t, s in data["costs"]["verify"].items() if int(t) in SIZES},
             "draft": {name: 1e3 * s for name, s in data["costs"]["draft"].items()},

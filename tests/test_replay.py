@@ -26,6 +26,7 @@ from casspec_ref.tools.replay import (
     Costs,
     Recorded,
     ReplayDrafter,
+    StepKind,
     hindsight,
     question_orders,
     record,
@@ -34,6 +35,9 @@ from casspec_ref.tools.replay import (
 
 ANSWER = list(range(10, 21))  # 11 tokens: the first comes from the prefill, 10 are decoded
 COSTS = Costs({1: 1.0, 2: 1.25, 3: 1.5, 4: 1.75, 5: 2.0}, {"good": 0.2, "bad": 0.2}, 0.05, 0.1)
+
+
+_SPEC = ScheduleSpec(["bad", "good"], 0)
 
 
 def _recorded(prompt: list[int], top: str = "good") -> Recorded:
@@ -82,6 +86,35 @@ def test_a_right_chain_commits_k_plus_one_tokens_a_step_at_its_cost() -> None:
     # 7 draft calls, verify forwards over 4, 4 and 2 tokens, 3 step overheads.
     assert run.steps == 3
     assert run.seconds["g"] == pytest.approx(7 * 0.25 + 2 * 1.75 + 1.25 + 3 * 0.1)
+
+
+def test_steps_by_kind_add_up_to_the_naive_loops_time_less_the_replays() -> None:
+    naive = replay([_recorded([1, 2, 3])], COSTS)
+    assert naive.kinds == {"plain": StepKind(10, 10, 10.0, 10.0)}  # one plain forward a token
+    chain = replay([_recorded([1, 2, 3])], COSTS, _baseline("chain", 3))
+    spent = 7 * 0.25 + 2 * 1.75 + 1.25 + 3 * 0.1  # as the test above works it
+    assert list(chain.kinds) == ["good"] and chain.kinds["good"].steps == 3
+    assert chain.kinds["good"].tokens == 10 and chain.kinds["good"].seconds == pytest.approx(spent)
+    assert chain.kinds["good"].gained == pytest.approx(10 * 1.0 - spent)
+    wrong = replay([_recorded([1, 2, 3], top="bad")], COSTS, _baseline("chain", 3))
+    lost = wrong.kinds["bad"]  # every step drafted, none of its tokens right
+    assert (lost.steps, lost.tokens) == (9, 9) and lost.gained < 0
+    assert wrong.kinds["plain"].steps == 1  # the last token: no room to draft
+    assert sum(k.gained for k in wrong.kinds.values()) == pytest.approx(
+        sum(naive.seconds.values()) - sum(wrong.seconds.values())
+    )
+
+
+def test_a_lookup_step_is_named_by_its_match_length() -> None:
+    # The context ends in answer[0] = 10, which the prompt holds once, at its start: a one-token
+    # match, whose continuation copies the answer.
+    one = replay([_recorded([*ANSWER, 5], top="bad")], COSTS, SCHEDULES["pld"](_SPEC))
+    assert list(one.kinds) == ["pld match 1"]
+    # A prompt ending in answer[:3] before the answer: the lookup matches 3 tokens from the
+    # second step on (the first step's context ends in 9, 10, which the prompt does not hold).
+    three = _recorded([9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 0, 9], top="bad")
+    run = replay([three], COSTS, SCHEDULES["pld"](_SPEC), lookup=PromptLookupConfig(max_proposal=3))
+    assert "pld match 3+" in run.kinds and all(k.startswith("pld match") for k in run.kinds)
 
 
 def test_a_wrong_chain_commits_one_token_a_step() -> None:

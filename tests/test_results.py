@@ -464,6 +464,23 @@ def test_the_dytc_replay_record_shows_the_hindsight_bound_and_the_costs_replayed
     assert "hindsight" not in text.lower() and "T=1" not in text
 
 
+def test_the_dytc_replay_record_shows_each_presets_steps_by_kind() -> None:
+    """A row per preset and kind of step, in the record's order, with what the naive loop takes
+    for the same tokens and the signed difference; a record without the ledger shows none."""
+    kinds = {
+        "pld match 1": {"steps": 15, "tokens": 19, "ms": 1503.1, "naive_ms": 784.9},
+        "pld match 3+": {"steps": 9, "tokens": 27, "ms": 933.0, "naive_ms": 1115.4},
+    }
+    record = replay_record(steps_by_kind={"cas-spec": kinds, "cas-spec:paper": {}})
+    text = "\n".join(results.section("cpu_dytc_replay", record))
+    assert "| `cas-spec` | `pld match 1` | 15 | 19 | 1503 | 785 | -718 |" in text
+    assert "| `cas-spec` | `pld match 3+` | 9 | 27 | 933 | 1115 | +182 |" in text
+    assert text.index("`pld match 1`") < text.index("`pld match 3+`")
+    assert "`cas-spec:paper` |" not in text  # no steps: no row
+    text = "\n".join(results.section("cpu_dytc_replay", replay_record()))
+    assert "step drafted by" not in text and "Where each preset's time went" not in text
+
+
 def test_a_replay_on_plain_costs_says_so_and_names_the_command_that_measured_them() -> None:
     record = replay_record(
         costs_measured="2026-12-07 02:50 UTC",

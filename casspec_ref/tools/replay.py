@@ -33,7 +33,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -43,7 +43,7 @@ from casspec_ref.dsia.recycle import TokenRecycler
 from casspec_ref.dytc import DyTC
 from casspec_ref.dytc_config import PLD, RECYCLE, DyTCConfig
 from casspec_ref.dytc_estimates import Outcome
-from casspec_ref.dytc_refinements import outcome
+from casspec_ref.dytc_refinements import LONGEST_MATCH, outcome
 from casspec_ref.schedules import Schedule
 from casspec_ref.tools.teacher_forced import TeacherForced
 
@@ -258,6 +258,20 @@ class ReplayDrafter:
             grown.append((nxt[0][0], grown[-1][0], nxt[0][1]))
         return grown + [(c, node, p) for c, p in first[1:]]
 
+    def kind(self) -> str:
+        """What drafted this step's tree: ``plain`` for the root alone, else its drafts joined by
+        ``+``, the levels cheapest first, then the free drafts; a lookup with the length of the
+        context match it copied from (``pld match 2``; 3 tokens or more: ``pld match 3+``)."""
+        used = set(self.source[1:])
+        if not used:
+            return "plain"
+        names = [level for level in self.levels if level in used]
+        if PLD in used:
+            first = self.source.index(PLD)  # the first looked-up node: its parent was matched
+            match = self.match(self.parent[first])
+            names.append(f"{PLD} match {match}" + ("+" if match >= LONGEST_MATCH else ""))
+        return "+".join(names + ([RECYCLE] if RECYCLE in used else []))
+
     # -- the verifier ----------------------------------------------------------------------------
     def verify(self, policy: DyTC | None = None) -> tuple[list[int], list[tuple[Outcome, bool]]]:
         """Greedy verification against the answer: (accepted nodes, root first excluded;
@@ -288,12 +302,32 @@ class ReplayDrafter:
 
 
 @dataclass
+class StepKind:
+    """A replay's steps of one kind (`ReplayDrafter.kind`): how many, the tokens they committed,
+    their seconds, and the naive loop's seconds for the same tokens (one plain forward each).
+    ``naive_seconds - seconds`` is what the kind gained; over every kind the gains add up to
+    the naive loop's time less the replay's."""
+
+    steps: int = 0
+    tokens: int = 0
+    seconds: float = 0.0
+    naive_seconds: float = 0.0
+
+    @property
+    def gained(self) -> float:
+        """Seconds these steps saved against the naive loop (negative: lost)."""
+        return self.naive_seconds - self.seconds
+
+
+@dataclass
 class Replayed:
-    """One method's replay over questions: seconds, steps and tokens, per category."""
+    """One method's replay over questions: seconds, steps and tokens, per category, and its
+    steps by kind (where the time went)."""
 
     seconds: dict[str, float]
     tokens: dict[str, int]
     steps: int = 0
+    kinds: dict[str, StepKind] = field(default_factory=dict)
 
 
 def replay(
@@ -340,8 +374,14 @@ def replay(
             committed += len(new) + 1
             speculative = schedule is not None or policy is not None
             drafting = d.seconds() + d.bookkeeping + thinking
-            seconds += verify + drafting + speculative * costs.step_overhead
+            step = verify + drafting + speculative * costs.step_overhead
+            seconds += step
             out.steps += 1
+            kind = out.kinds.setdefault(d.kind(), StepKind())
+            kind.steps += 1
+            kind.tokens += len(new) + 1
+            kind.seconds += step
+            kind.naive_seconds += (len(new) + 1) * costs.verify_seconds(1)
         out.seconds[rec.category] = out.seconds.get(rec.category, 0.0) + seconds
         out.tokens[rec.category] = out.tokens.get(rec.category, 0) + n - 1
     return out

@@ -658,7 +658,44 @@ def dytc_replay_section(record: dict[str, Any]) -> list[str]:
     if bound := record.get("hindsight"):
         rows.append(["hindsight (knows the answer)", num(bound["speedup"]), "", "", ""])
     header = ["variant", "speedup, recorded order", "median over orders", "range (orders)"]
-    return [*lines, *table([*header, "the refinement's effect"], rows), *_replay_costs(record)]
+    return [
+        *lines,
+        *table([*header, "the refinement's effect"], rows),
+        *_replay_costs(record),
+        *_replay_kinds(record),
+    ]
+
+
+def _replay_kinds(record: dict[str, Any]) -> list[str]:
+    """Where each DyTC preset's time went in the recorded order: its steps by what drafted them
+    (`casspec_ref.tools.replay.ReplayDrafter.kind`), against the naive loop on the same tokens."""
+    ledgers = record.get("steps_by_kind")
+    if not ledgers:
+        return []
+    rows = [
+        [
+            f"`{name}`",
+            f"`{kind}`",
+            str(k["steps"]),
+            str(k["tokens"]),
+            f"{k['ms']:.0f}",
+            f"{k['naive_ms']:.0f}",
+            f"{k['naive_ms'] - k['ms']:+.0f}",
+        ]
+        for name, kinds in ledgers.items()
+        for kind, k in kinds.items()
+    ]
+    header = ["preset", "step drafted by", "steps", "tokens", "ms", "naive loop, ms", "gained, ms"]
+    return [
+        "",
+        "Where each preset's time went, in the recorded order: its steps by what drafted the tree "
+        "(`plain`: the root alone, a plain step; a lookup with the length of the context match "
+        "it copied from), the tokens they committed, their milliseconds, the naive loop's "
+        "milliseconds for the same tokens (one forward each), and the difference (negative: "
+        "lost). A preset's rows add up to the naive loop's time less its own.",
+        "",
+        *table(header, rows),
+    ]
 
 
 def _size(item: tuple[str, float]) -> int:
