@@ -268,6 +268,7 @@ def steps_by_kind(run: Replayed) -> dict[str, dict[str, float]]:
             "steps": k.steps,
             "tokens": k.tokens,
             "ms": 1e3 * k.seconds,
+            "overhead_ms": 1e3 * k.overhead_seconds,
             "naive_ms": 1e3 * k.naive_seconds,
         }
         for kind, k in rows
@@ -277,13 +278,12 @@ def steps_by_kind(run: Replayed) -> dict[str, dict[str, float]]:
 def print_kinds(name: str, run: Replayed) -> None:
     """Where `name`'s time went, by kind of step, against the naive loop on the same tokens."""
     print(f"\n{name}, recorded order: steps by what drafted them (ms; gained = naive - spent)")
-    print(f"  {'kind':42s} {'steps':>6s} {'tokens':>7s} {'spent':>9s} {'naive':>9s} {'gained':>8s}")
+    columns = ("steps", "tokens", "spent", "overhead", "naive", "gained")
+    print(f"  {'kind':42s} " + " ".join(f"{c:>9s}" for c in columns))
     for kind, k in steps_by_kind(run).items():
         gained = k["naive_ms"] - k["ms"]
-        print(
-            f"  {kind:42s} {k['steps']:6.0f} {k['tokens']:7.0f} {k['ms']:9.1f} "
-            f"{k['naive_ms']:9.1f} {gained:+8.1f}"
-        )
+        figures = (k["steps"], k["tokens"], k["ms"], k["overhead_ms"], k["naive_ms"])
+        print(f"  {kind:42s} " + " ".join(f"{f:9.1f}" for f in figures) + f" {gained:+9.1f}")
 
 
 def write_record(

@@ -90,12 +90,13 @@ def test_a_right_chain_commits_k_plus_one_tokens_a_step_at_its_cost() -> None:
 
 def test_steps_by_kind_add_up_to_the_naive_loops_time_less_the_replays() -> None:
     naive = replay([_recorded([1, 2, 3])], COSTS)
-    assert naive.kinds == {"plain": StepKind(10, 10, 10.0, 10.0)}  # one plain forward a token
+    assert naive.kinds == {"plain": StepKind(10, 10, 10.0, 0.0, 10.0)}  # a forward a token
     chain = replay([_recorded([1, 2, 3])], COSTS, _baseline("chain", 3))
     spent = 7 * 0.25 + 2 * 1.75 + 1.25 + 3 * 0.1  # as the test above works it
     assert list(chain.kinds) == ["good"] and chain.kinds["good"].steps == 3
     assert chain.kinds["good"].tokens == 10 and chain.kinds["good"].seconds == pytest.approx(spent)
     assert chain.kinds["good"].gained == pytest.approx(10 * 1.0 - spent)
+    assert chain.kinds["good"].overhead_seconds == pytest.approx(7 * 0.05 + 3 * 0.1)
     wrong = replay([_recorded([1, 2, 3], top="bad")], COSTS, _baseline("chain", 3))
     lost = wrong.kinds["bad"]  # every step drafted, none of its tokens right
     assert (lost.steps, lost.tokens) == (9, 9) and lost.gained < 0

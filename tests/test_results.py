@@ -467,14 +467,15 @@ def test_the_dytc_replay_record_shows_the_hindsight_bound_and_the_costs_replayed
 def test_the_dytc_replay_record_shows_each_presets_steps_by_kind() -> None:
     """A row per preset and kind of step, in the record's order, with what the naive loop takes
     for the same tokens and the signed difference; a record without the ledger shows none."""
+    fields = ("steps", "tokens", "ms", "overhead_ms", "naive_ms")
     kinds = {
-        "pld match 1": {"steps": 15, "tokens": 19, "ms": 1503.1, "naive_ms": 784.9},
-        "pld match 3+": {"steps": 9, "tokens": 27, "ms": 933.0, "naive_ms": 1115.4},
+        "pld match 1": dict(zip(fields, (15, 19, 1503.1, 60.2, 784.9), strict=True)),
+        "pld match 3+": dict(zip(fields, (9, 27, 933.0, 36.4, 1115.4), strict=True)),
     }
     record = replay_record(steps_by_kind={"cas-spec": kinds, "cas-spec:paper": {}})
     text = "\n".join(results.section("cpu_dytc_replay", record))
-    assert "| `cas-spec` | `pld match 1` | 15 | 19 | 1503 | 785 | -718 |" in text
-    assert "| `cas-spec` | `pld match 3+` | 9 | 27 | 933 | 1115 | +182 |" in text
+    assert "| `cas-spec` | `pld match 1` | 15 | 19 | 1503 | 60 | 785 | -718 |" in text
+    assert "| `cas-spec` | `pld match 3+` | 9 | 27 | 933 | 36 | 1115 | +182 |" in text
     assert text.index("`pld match 1`") < text.index("`pld match 3+`")
     assert "`cas-spec:paper` |" not in text  # no steps: no row
     text = "\n".join(results.section("cpu_dytc_replay", replay_record()))

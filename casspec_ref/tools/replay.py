@@ -304,13 +304,15 @@ class ReplayDrafter:
 @dataclass
 class StepKind:
     """A replay's steps of one kind (`ReplayDrafter.kind`): how many, the tokens they committed,
-    their seconds, and the naive loop's seconds for the same tokens (one plain forward each).
-    ``naive_seconds - seconds`` is what the kind gained; over every kind the gains add up to
-    the naive loop's time less the replay's."""
+    their seconds, the part of those that is overhead (the step's and the draft calls'
+    bookkeeping, and DyTC's own decisions), and the naive loop's seconds for the same tokens (one
+    plain forward each). ``naive_seconds - seconds`` is what the kind gained; over every kind
+    the gains add up to the naive loop's time less the replay's."""
 
     steps: int = 0
     tokens: int = 0
     seconds: float = 0.0
+    overhead_seconds: float = 0.0
     naive_seconds: float = 0.0
 
     @property
@@ -373,14 +375,14 @@ def replay(
                 pld.append(token)
             committed += len(new) + 1
             speculative = schedule is not None or policy is not None
-            drafting = d.seconds() + d.bookkeeping + thinking
-            step = verify + drafting + speculative * costs.step_overhead
-            seconds += step
+            overhead = d.bookkeeping + thinking + speculative * costs.step_overhead
+            seconds += verify + d.seconds() + overhead
             out.steps += 1
             kind = out.kinds.setdefault(d.kind(), StepKind())
             kind.steps += 1
             kind.tokens += len(new) + 1
-            kind.seconds += step
+            kind.seconds += verify + d.seconds() + overhead
+            kind.overhead_seconds += overhead
             kind.naive_seconds += (len(new) + 1) * costs.verify_seconds(1)
         out.seconds[rec.category] = out.seconds.get(rec.category, 0.0) + seconds
         out.tokens[rec.category] = out.tokens.get(rec.category, 0) + n - 1

@@ -679,20 +679,23 @@ def _replay_kinds(record: dict[str, Any]) -> list[str]:
             str(k["steps"]),
             str(k["tokens"]),
             f"{k['ms']:.0f}",
+            f"{k['overhead_ms']:.0f}",
             f"{k['naive_ms']:.0f}",
             f"{k['naive_ms'] - k['ms']:+.0f}",
         ]
         for name, kinds in ledgers.items()
         for kind, k in kinds.items()
     ]
-    header = ["preset", "step drafted by", "steps", "tokens", "ms", "naive loop, ms", "gained, ms"]
+    header = ["preset", "step drafted by", "steps", "tokens", "ms", "of which overhead, ms"]
+    header += ["naive loop, ms", "gained, ms"]
     return [
         "",
         "Where each preset's time went, in the recorded order: its steps by what drafted the tree "
         "(`plain`: the root alone, a plain step; a lookup with the length of the context match "
-        "it copied from), the tokens they committed, their milliseconds, the naive loop's "
-        "milliseconds for the same tokens (one forward each), and the difference (negative: "
-        "lost). A preset's rows add up to the naive loop's time less its own.",
+        "it copied from), the tokens they committed, their milliseconds, of which overhead (the "
+        "overheads above, and DyTC's own decisions), the naive loop's milliseconds for the same "
+        "tokens (one forward each, no overhead), and the difference (negative: lost). A preset's "
+        "rows add up to the naive loop's time less its own.",
         "",
         *table(header, rows),
     ]
