@@ -15,12 +15,13 @@ compares policies on the same recorded truth, with no forward timed again. Three
   ``chain:K``, ``pld-or-chain:K`` and DyTC (``cas-spec``, and any ``--variant
   cas-spec@FIELD=VALUE,...`` of `DyTCConfig`), and prints each one's speedup over the naive loop,
   overall and per group, beside the hindsight bound (`casspec_ref.tools.replay.hindsight`: the
-  least time of any schedule of chains that knew the answer). The overheads decoding adds to the
-  measured forwards are options (defaults: 1 ms per draft call, 3 ms per speculative step, read
-  off the machine's bench). DyTC carries one policy across the questions, so its figure is one
-  path of its estimates: ``--orders N`` replays it in N question orders (as recorded, then
-  seeded shuffles) and prints the median and range of its overall speedup (the table shows the
-  recorded order).
+  least time of any schedule of chains that knew the answer), and where DyTC's time went: its
+  steps by what drafted them, against the naive loop on the same tokens. The overheads decoding
+  adds to the measured forwards are options (defaults: 1 ms per draft call, 3 ms per speculative
+  step, read off the machine's bench). DyTC carries one policy across the questions, so its
+  figure is one path of its estimates: ``--orders N`` replays it in N question orders (as
+  recorded, then seeded shuffles) and prints the median and range of its overall speedup (the
+  table shows the recorded order).
 
 DyTC runs as ``cas-spec`` (this reference's policy, `DyTCConfig()`) and ``cas-spec:paper`` (the
 paper's alone, `DyTCConfig.paper()`); a variant changes fields of either
@@ -260,8 +261,8 @@ def do_replay(args: argparse.Namespace) -> None:
 
 
 def steps_by_kind(run: Replayed) -> dict[str, dict[str, float]]:
-    """A replay's steps by kind (`Replayed.kinds`), as plain data in milliseconds, the kind that
-    lost most first."""
+    """A replay's steps by kind (`Replayed.kinds`), as plain data in milliseconds (printed the kind
+    that lost most first; the record keeps them by name)."""
     rows = sorted(run.kinds.items(), key=lambda kv: kv[1].gained)
     return {
         kind: {

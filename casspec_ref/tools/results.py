@@ -668,7 +668,8 @@ def dytc_replay_section(record: dict[str, Any]) -> list[str]:
 
 def _replay_kinds(record: dict[str, Any]) -> list[str]:
     """Where each DyTC preset's time went in the recorded order: its steps by what drafted them
-    (`casspec_ref.tools.replay.ReplayDrafter.kind`), against the naive loop on the same tokens."""
+    (`casspec_ref.tools.replay.ReplayDrafter.kind`), against the naive loop on the same tokens,
+    the kind that lost most first."""
     ledgers = record.get("steps_by_kind")
     if not ledgers:
         return []
@@ -684,7 +685,7 @@ def _replay_kinds(record: dict[str, Any]) -> list[str]:
             f"{k['naive_ms'] - k['ms']:+.0f}",
         ]
         for name, kinds in ledgers.items()
-        for kind, k in kinds.items()
+        for kind, k in sorted(kinds.items(), key=lambda kv: kv[1]["naive_ms"] - kv[1]["ms"])
     ]
     header = ["preset", "step drafted by", "steps", "tokens", "ms", "of which overhead, ms"]
     header += ["naive loop, ms", "gained, ms"]
@@ -695,7 +696,7 @@ def _replay_kinds(record: dict[str, Any]) -> list[str]:
         "it copied from), the tokens they committed, their milliseconds, of which overhead (the "
         "overheads above, and DyTC's own decisions), the naive loop's milliseconds for the same "
         "tokens (one forward each, no overhead), and the difference (negative: lost). A preset's "
-        "rows add up to the naive loop's time less its own.",
+        "rows (the most lost first) add up to the naive loop's time less its own.",
         "",
         *table(header, rows),
     ]
