@@ -122,3 +122,29 @@ def test_demo_rejects_a_bad_length(capsys) -> None:
     from casspec_ref.tools.demo import run_demo
 
     assert run_demo(0) == 2
+
+
+@pytest.mark.parametrize(
+    "method, policy", [("cas-spec", "RefinedDyTC"), ("cas-spec:paper", "DyTC"), ("pld", None)]
+)
+def test_the_warm_up_hands_cas_spec_a_policy_that_has_measured_its_costs(method, policy) -> None:
+    """`naive.warm_up` runs every loop once; for a DyTC method it returns the policy, which has
+    timed the target (its cost curve is not empty) and which the timed run accepts."""
+    import torch
+
+    from casspec_ref.base.random_weights import random_init_
+    from casspec_ref.config import tiny_llama
+    from casspec_ref.generate import generate_ar
+    from casspec_ref.model import Transformer
+    from casspec_ref.speculative import generate_speculative
+    from casspec_ref.tools.naive import warm_up
+
+    model = random_init_(Transformer(tiny_llama(vocab_size=32, max_seq_len=128)), seed=0)
+    model = model.to(torch.float64)
+    carried = warm_up(model, [1, 2, 3, 1, 2], method)
+    if policy is None:
+        assert carried == {}
+        return
+    assert type(carried["policy"]).__name__ == policy and carried["policy"].ready()
+    timed = generate_speculative(model, [1, 2, 3, 1, 2], 12, method=method, **carried)
+    assert timed.tokens == generate_ar(model, [1, 2, 3, 1, 2], 12).tokens

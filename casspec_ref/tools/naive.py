@@ -4,7 +4,8 @@ The naive loop runs in two forms (docs/floating_point.md): ``exact``, the target
 shape-invariant forwards, whose tokens every speculative method equals bit for bit; and
 ``plain``, the fastest kernels per row count, whose rows round by shape. Where the plain loop
 gives the same tokens it is the faster honest base; where it does not, the exact loop is. The
-demo and ``generate --compare-ar`` report a speedup against `fastest_equal`, as the bench does.
+demo and ``generate --compare-ar`` report a speedup against `fastest_equal`, as the bench does,
+after an untimed run of every loop they time (`warm_up`), as the bench's warm-up questions do.
 """
 
 from __future__ import annotations
@@ -16,6 +17,11 @@ from typing import Any
 
 from casspec_ref.generate import generate_ar
 from casspec_ref.model import Transformer
+
+#: The answer length of `warm_up`'s untimed runs, and the request they answer: not the timed
+#: one, so that DyTC's acceptance estimates are not learned on the answer they are timed on.
+WARM_UP_TOKENS = 24
+WARM_UP_REQUEST = "Name the four seasons and say one thing about each."
 
 
 @dataclass(frozen=True)
@@ -66,3 +72,26 @@ def describe(runs: Sequence[NaiveRun], base: NaiveRun, tokens: Sequence[int]) ->
         mark = "  <- the base" if r is base else ""
         lines.append(f"naive loop, {r.form}: {r.tokens_per_s:6.1f} tok/s ({same}){mark}")
     return lines
+
+
+def warm_up(
+    model: Transformer, prompt: Sequence[int], method: str, **options: Any
+) -> dict[str, Any]:
+    """Run both naive loops and ``method`` once, untimed, on a short answer to ``prompt`` (the
+    ids of `WARM_UP_REQUEST`, not the timed prompt; ``options``: the sampling and stop arguments
+    both take), so that one-time setup (the kernel table, the int8 weight copies, oneDNN's packed
+    weights) is behind every timed run and a DyTC policy has measured its costs. Returns the
+    options the timed run of ``method`` passes on: for CAS-Spec, its policy, with what it
+    learned (a server keeps it across requests)."""
+    from casspec_ref.dytc import DyTC
+    from casspec_ref.dytc_refinements import RefinedDyTC
+    from casspec_ref.speculative import default_drafts, generate_speculative
+
+    time_naive_loops(model, prompt, WARM_UP_TOKENS, **options)
+    carried: dict[str, Any] = {}
+    if method in ("cas-spec", "cas-spec:paper"):
+        levels = [plan.name for plan in default_drafts(model)]
+        carried["policy"] = DyTC(levels) if method == "cas-spec:paper" else RefinedDyTC(levels)
+    if method != "ar":
+        generate_speculative(model, prompt, WARM_UP_TOKENS, method=method, **options, **carried)
+    return carried
