@@ -6,7 +6,8 @@ compares policies on the same recorded truth, with no forward timed again. Three
 - ``record``: greedy answers of a prompt set's first turns (`generate_ar`), each draft level's
   and the target's top tokens along them, and this machine's costs (one target forward over
   T = 1..32 new tokens after 256 cached, each level's one-token forward; medians of 15 passes
-  over all of them), to a JSON file;
+  over all of them; and what a speculative step and a draft call add to their forwards, timed
+  in short decodes of two of the prompts: `measure_overheads`), to a JSON file;
 - ``recost``: measures the costs again into a record (the answers stay), or into a copy
   (``--out``); ``--plain`` measures them in the plain forms, as ``M+plain`` decodes: the same
   answers replayed on what the exact forms cost and on what the plain ones cost. The ratios a
@@ -17,11 +18,10 @@ compares policies on the same recorded truth, with no forward timed again. Three
   overall and per group, beside the hindsight bound (`casspec_ref.tools.replay.hindsight`: the
   least time of any schedule of chains that knew the answer), and where DyTC's time went: its
   steps by what drafted them, against the naive loop on the same tokens. The overheads decoding
-  adds to the measured forwards are options (defaults: 1 ms per draft call, 3 ms per speculative
-  step, read off the machine's bench). DyTC carries one policy across the questions, so its
-  figure is one path of its estimates: ``--orders N`` replays it in N question orders (as
-  recorded, then seeded shuffles) and prints the median and range of its overall speedup (the
-  table shows the recorded order).
+  adds to the measured forwards are those measured with the costs, or options. DyTC carries
+  one policy across the questions, so its figure is one path of its estimates: ``--orders N``
+  replays it in N question orders (as recorded, then seeded shuffles) and prints the median and
+  range of its overall speedup (the table shows the recorded order).
 
 DyTC runs as ``cas-spec`` (this reference's policy, `DyTCConfig()`) and ``cas-spec:paper`` (the
 paper's alone, `DyTCConfig.paper()`); a variant changes fields of either
@@ -67,20 +67,76 @@ SIZES = (1, 2, 3, 4, 8, 16, 32)
 
 
 def measure_costs(
-    model: Any, levels: list[Any], cached: int = 256, repeats: int = 15, plain: bool = False
+    model: Any,
+    levels: list[Any],
+    prompts: list[list[int]],
+    cached: int = 256,
+    repeats: int = 15,
+    plain: bool = False,
 ) -> dict[str, Any]:
     """Median seconds of a target forward over T = 1..32 tokens and of each level's one-token
     forward, after `cached` tokens: every size and level once per pass, `repeats` passes (a burst
     of load then hits every size alike, not the few timed during it), after
-    one untimed pass (one-time setup). ``plain``: in the plain forms (``model.shape_invariant``
-    off for the measurement), as ``M+plain`` decodes; else in the exact forms."""
+    one untimed pass (one-time setup); then the overheads decoding adds to them, on ``prompts``
+    (`measure_overheads`). ``plain``: in the plain forms (``model.shape_invariant`` off for the
+    measurement), as ``M+plain`` decodes; else in the exact forms."""
     invariant = model.shape_invariant
     model.shape_invariant = not plain
     try:
         costs = _median_costs(model, levels, cached, repeats)
+        costs["overheads"] = measure_overheads(model, prompts)
     finally:
         model.shape_invariant = invariant
     return {**costs, "forms": "plain" if plain else "exact"}
+
+
+def measure_overheads(
+    model: Any, prompts: list[list[int]], max_new_tokens: int = 64
+) -> dict[str, float]:
+    """Seconds decoding adds to the forwards on this machine, medians over the steps of two
+    short decodes of ``prompts`` (each after an untimed warm-up), every forward timed apart: a
+    speculative step's (``step``: prompt lookup's steps, a step's wall time less its forwards:
+    the lookup, the verifier, the cache commit, the bookkeeping) and one draft call's
+    (``draft``: a one-token chain's steps, each one draft call, less a lookup step's)."""
+    from casspec_ref.baselines import ScheduleOptions
+    from casspec_ref.speculative import generate_speculative
+
+    spent = [0.0]  # seconds in forwards since the last step ended
+    forward = model.forward
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return forward(*args, **kwargs)
+        finally:
+            spent[0] += time.perf_counter() - start
+
+    def per_step(method: str, **options: Any) -> float:
+        rest: list[float] = []  # per step: its wall time less its forwards
+        last = [0.0]
+
+        def on_step(trace: Any) -> None:
+            now = time.perf_counter()
+            if trace.step > 1:  # the first step's start is the prompt's forward
+                rest.append(now - last[0] - spent[0])
+            last[0], spent[0] = now, 0.0
+
+        for prompt in prompts:
+            generate_speculative(model, prompt, 16, method=method, **options)  # untimed
+            generate_speculative(model, prompt, max_new_tokens, method=method, on_step=on_step)
+        return statistics.median(rest)
+
+    own = model.__dict__.get("forward")  # a forward set on the instance (a wrapper), if any
+    model.forward = timed
+    try:
+        step = per_step("pld")
+        chain = per_step("chain", schedule=ScheduleOptions(chain_k=1))
+    finally:
+        if own is None:
+            del model.forward  # the class's own again
+        else:
+            model.forward = own
+    return {"step": step, "draft": max(chain - step, 0.0)}
 
 
 def _median_costs(model: Any, levels: list[Any], cached: int, repeats: int) -> dict[str, Any]:
@@ -124,7 +180,7 @@ def do_record(args: argparse.Namespace) -> None:
         with torch.no_grad():
             records.append(record(model, prompt, answer, levels, q.category).to_json())
         print(f"recorded question {q.question_id} ({q.category})", flush=True)
-    costs = measure_costs(model, levels)
+    costs = measure_costs(model, levels, [r["prompt"] for r in records[:2]])
     with open(args.out, "w") as f:
         json.dump({"questions": args.questions, "records": records, "costs": costs}, f)
     print(f"wrote {args.out}")
@@ -139,7 +195,8 @@ def do_recost(args: argparse.Namespace) -> None:
     model, _ = load_model()
     with open(args.record) as f:
         data = json.load(f)
-    data["costs"] = measure_costs(model, list(default_drafts(model)), plain=args.plain)
+    prompts = [r["prompt"] for r in data["records"][:2]]
+    data["costs"] = measure_costs(model, list(default_drafts(model)), prompts, plain=args.plain)
     data["costs"]["command"] = command_line(sys.argv[1:], ("benchmarks/dytc_replay.py",))
     data.pop("note", None)  # a note written by hand described the costs replaced
     out = args.out or args.record
@@ -177,6 +234,21 @@ def refinement_variants() -> list[str]:
     return out
 
 
+def replay_overheads(args: argparse.Namespace, raw: dict[str, Any]) -> dict[str, float]:
+    """The overheads a replay adds (seconds): the options where given, else those measured with
+    the costs (`measure_overheads`); a record without them needs both options."""
+    measured = raw.get("overheads", {})
+    given = {"draft": args.draft_overhead, "step": args.step_overhead}
+    missing = [name for name, value in given.items() if value is None and name not in measured]
+    if missing:
+        raise SystemExit(
+            f"the costs replayed carry no measured {' or '.join(missing)} overhead: recost the "
+            "record (`recost`), or give --draft-overhead and --step-overhead (seconds)"
+        )
+    chosen = {name: measured[name] if value is None else value for name, value in given.items()}
+    return {"draft_overhead": chosen["draft"], "step_overhead": chosen["step"]}
+
+
 def do_replay(args: argparse.Namespace) -> None:
     with open(args.record) as f:
         data = json.load(f)
@@ -186,9 +258,7 @@ def do_replay(args: argparse.Namespace) -> None:
         with open(args.costs_from) as f:
             raw = json.load(f)["costs"]
     data = {**data, "costs": raw}  # the record written names the costs replayed on
-    costs = Costs.from_json(
-        raw, draft_overhead=args.draft_overhead, step_overhead=args.step_overhead
-    )
+    costs = Costs.from_json(raw, **replay_overheads(args, raw))
     levels = list(records[0].drafts)
 
     def baseline(method: str, k: int) -> Any:  # the bench's schedule for ``method:k``
@@ -315,7 +385,14 @@ def write_record(
         "costs_measured": data["costs"].get("measured", ""),
         "costs_forms": data["costs"].get("forms", "exact"),
         "costs_command": data["costs"].get("command", ""),
-        "overheads_s": {"draft": args.draft_overhead, "step": args.step_overhead},
+        "overheads_s": {
+            name: value if value is not None else data["costs"]["overheads"][name]
+            for name, value in (("draft", args.draft_overhead), ("step", args.step_overhead))
+        },
+        "overheads_measured": {
+            "draft": args.draft_overhead is None,
+            "step": args.step_overhead is None,
+        },
         "speedup": speedups,
         "best_fixed": best_fixed,
         "hindsight": {"speedup": bound, "steps": bound_steps},
@@ -356,8 +433,18 @@ def main() -> None:
         action="store_true",
         help="also each refinement out of the default and alone in the paper's policy",
     )
-    rep.add_argument("--draft-overhead", type=float, default=1e-3, help="seconds per draft call")
-    rep.add_argument("--step-overhead", type=float, default=3e-3, help="seconds per step")
+    rep.add_argument(
+        "--draft-overhead",
+        type=float,
+        default=None,
+        help="seconds per draft call (default: as measured with the costs)",
+    )
+    rep.add_argument(
+        "--step-overhead",
+        type=float,
+        default=None,
+        help="seconds per step (default: as measured with the costs)",
+    )
     rep.add_argument("--json", default=None, help="also write the figures to this record")
     rep.add_argument(
         "--orders",

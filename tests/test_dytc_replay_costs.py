@@ -27,7 +27,7 @@ def replay_script() -> ModuleType:
 def test_costs_are_measured_in_the_forms_they_name_and_the_model_is_restored(
     replay_script: ModuleType, plain: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    model = random_init_(Transformer(tiny_llama()), seed=0).eval()
+    model = random_init_(Transformer(tiny_llama(max_seq_len=128)), seed=0).eval()
     model.shape_invariant = plain  # the opposite of what is measured: it must come back
     seen: list[bool] = []
     forward = model.forward
@@ -37,8 +37,44 @@ def test_costs_are_measured_in_the_forms_they_name_and_the_model_is_restored(
         return forward(*args, **kwargs)
 
     monkeypatch.setattr(model, "forward", spying_forward)
-    costs = replay_script.measure_costs(model, [], cached=8, repeats=1, plain=plain)
+    costs = replay_script.measure_costs(
+        model, [], [[1, 2, 3, 1, 2]], cached=8, repeats=1, plain=plain
+    )
     assert costs["forms"] == ("plain" if plain else "exact")
+    assert set(costs["overheads"]) == {"step", "draft"}
+    assert all(seconds >= 0 for seconds in costs["overheads"].values())
+    assert model.forward == spying_forward, "the overheads' timer was left on the model"
     assert seen and set(seen) == {not plain}, "a forward ran in the other forms"
     assert model.shape_invariant is plain, "the model's setting was not restored"
     assert sorted(costs["verify"]) == list(range(1, 33)) and costs["draft"] == {}
+
+
+def test_the_overheads_timer_leaves_the_class_forward_in_place(replay_script: ModuleType) -> None:
+    """Forwards are timed apart from the steps' other work; afterwards the instance has no
+    forward of its own again, and a step's and a draft call's overheads are positive seconds."""
+    model = random_init_(Transformer(tiny_llama()), seed=0).eval()
+    overheads = replay_script.measure_overheads(model, [[1, 2, 3, 1, 2]], max_new_tokens=8)
+    assert "forward" not in model.__dict__
+    assert 0 < overheads["step"] < 1 and 0 <= overheads["draft"] < 1
+
+
+def test_a_replay_adds_the_measured_overheads_unless_told_otherwise(
+    replay_script: ModuleType,
+) -> None:
+    from argparse import Namespace
+
+    raw = {"overheads": {"step": 0.002, "draft": 0.004}}
+    chosen = replay_script.replay_overheads(Namespace(draft_overhead=None, step_overhead=None), raw)
+    assert chosen == {"draft_overhead": 0.004, "step_overhead": 0.002}
+    given = Namespace(draft_overhead=0.5, step_overhead=None)
+    assert replay_script.replay_overheads(given, raw) == {
+        "draft_overhead": 0.5,
+        "step_overhead": 0.002,
+    }
+    with pytest.raises(SystemExit, match="no measured draft or step overhead: recost"):
+        replay_script.replay_overheads(Namespace(draft_overhead=None, step_overhead=None), {})
+    both = Namespace(draft_overhead=0.001, step_overhead=0.003)
+    assert replay_script.replay_overheads(both, {}) == {
+        "draft_overhead": 0.001,
+        "step_overhead": 0.003,
+    }

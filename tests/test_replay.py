@@ -70,6 +70,10 @@ def test_costs_read_back_from_their_json() -> None:
     assert Costs.from_json(stored) == Costs({1: 0.02, 8: 0.03}, {"good": 0.01})
     costs = Costs.from_json(stored, draft_overhead=0.5, step_overhead=0.25)
     assert (costs.draft_overhead, costs.step_overhead, costs.verify_seconds(9)) == (0.5, 0.25, 0.03)
+    measured = {**stored, "overheads": {"draft": 0.004, "step": 0.002}}
+    costs = Costs.from_json(measured)
+    assert (costs.draft_overhead, costs.step_overhead) == (0.004, 0.002)  # as measured
+    assert Costs.from_json(measured, step_overhead=0.25).step_overhead == 0.25  # stated wins
 
 
 def test_pld_k_looks_up_k_tokens() -> None:

@@ -482,6 +482,18 @@ def test_the_dytc_replay_record_shows_each_presets_steps_by_kind() -> None:
     assert "step drafted by" not in text and "Where each preset's time went" not in text
 
 
+def test_a_replay_says_whether_its_overheads_were_measured_or_given() -> None:
+    measured = replay_record(overheads_measured={"draft": True, "step": True})
+    text = "\n".join(results.section("cpu_dytc_replay", measured))
+    assert "overheads (measured with the costs): 1.000 ms per draft call, 3.000 ms per step" in text
+    given = replay_record(overheads_measured={"draft": False, "step": False})
+    assert "overheads (given): 1.000 ms" in "\n".join(results.section("cpu_dytc_replay", given))
+    mixed = replay_record(overheads_measured={"draft": False, "step": True})
+    text = "\n".join(results.section("cpu_dytc_replay", mixed))
+    assert "overheads (draft given, step measured): 1.000 ms" in text
+    assert "overheads: 1.000 ms" in "\n".join(results.section("cpu_dytc_replay", replay_record()))
+
+
 def test_a_replay_on_plain_costs_says_so_and_names_the_command_that_measured_them() -> None:
     record = replay_record(
         costs_measured="2026-12-07 02:50 UTC",

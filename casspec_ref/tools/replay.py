@@ -72,19 +72,23 @@ class Recorded:
 class Costs:
     """Seconds on the machine replayed: a target forward by new tokens, a draft call by level,
     and the overheads decoding adds to them (a draft call's bookkeeping, a speculative step's
-    tree mask, verifier and cache commit)."""
+    lookup, verifier, cache commit and bookkeeping), measured on the same machine
+    (benchmarks/dytc_replay.py, ``measure_overheads``) or stated; none unless one of those."""
 
     verify: dict[int, float]
     draft: dict[str, float]
-    draft_overhead: float = 1e-3
-    step_overhead: float = 3e-3
+    draft_overhead: float = 0.0
+    step_overhead: float = 0.0
 
     @classmethod
     def from_json(cls, raw: dict[str, Any], **overheads: float) -> Costs:
-        """The costs a record keeps (``{"verify": {T: s}, "draft": {level: s}}``; JSON makes T a
-        string), with `overheads` (``draft_overhead``, ``step_overhead``) or the defaults."""
+        """The costs a record keeps (``{"verify": {T: s}, "draft": {level: s}}``, and the
+        measured ``"overheads": {"draft": s, "step": s}`` where it has them; JSON makes T a
+        string), with `overheads` (``draft_overhead``, ``step_overhead``) taking precedence."""
         verify = {int(t): float(s) for t, s in raw["verify"].items()}
-        return cls(verify, {name: float(s) for name, s in raw["draft"].items()}, **overheads)
+        measured = {f"{name}_overhead": float(s) for name, s in raw.get("overheads", {}).items()}
+        draft = {name: float(s) for name, s in raw["draft"].items()}
+        return cls(verify, draft, **{**measured, **overheads})
 
     def verify_seconds(self, tokens: int) -> float:
         return self.verify[min(tokens, max(self.verify))]

@@ -640,7 +640,7 @@ def dytc_replay_section(record: dict[str, Any]) -> list[str]:
         f"{record['answers']} answers ({record['questions']}; recorded by "
         f"`{record.get('record_command', '')}`), costs measured in the "
         f"{record.get('costs_forms', 'exact')} forms {record['costs_measured']}{measured_by}; "
-        f"overheads: {num(record['overheads_s']['draft'] * 1e3)} ms "
+        f"overheads{_how_overheads(record)}: {num(record['overheads_s']['draft'] * 1e3)} ms "
         f"per draft call, {num(record['overheads_s']['step'] * 1e3)} ms per step. A variant "
         "`cas-spec@SWITCH=0` is the default without one refinement, `cas-spec:paper@SWITCH=1` "
         "the paper's policy with it alone (docs/method.md §4.2).",
@@ -664,6 +664,19 @@ def dytc_replay_section(record: dict[str, Any]) -> list[str]:
         *_replay_costs(record),
         *_replay_kinds(record),
     ]
+
+
+def _how_overheads(record: dict[str, Any]) -> str:
+    """Whether a replay's overheads were measured with its costs or given (older records: "")."""
+    measured = record.get("overheads_measured")
+    if not measured:
+        return ""
+    if all(measured.values()):
+        return " (measured with the costs)"
+    if not any(measured.values()):
+        return " (given)"
+    parts = [f"{name} {'measured' if was else 'given'}" for name, was in measured.items()]
+    return f" ({', '.join(parts)})"
 
 
 def _replay_kinds(record: dict[str, Any]) -> list[str]:
