@@ -16,12 +16,13 @@ and, once, this machine's costs: the target's forward over T = 1..32 new tokens,
 one-token forward. It then decodes every question again with no model: a schedule grows trees
 through `ReplayDrafter` (a `casspec_ref.dytc.TreeDrafter`), the recorded answer verifies them,
 and the clock is the measured costs, plus a per-call overhead for a draft forward and a per-step
-overhead for a speculative step (both measured in decoding, stated by the caller), plus the real
-Python time of DyTC's own decisions. DyTC learns what decoding lets it time: a step's verify
-forward with the step's overhead (the verifier and the cache commit are timed with it), a draft
-call's forward without the bookkeeping around it. Same answer, same costs, one path per policy:
-two policies' ratios differ only by what they decided. What a replay does not model: sampling,
-timing noise, and draft tokens below a rejected one (never tested, so only their count matters).
+overhead for a speculative step (both measured in decoding on the same machine, with the costs,
+or stated by the caller), plus the real Python time of DyTC's own decisions. DyTC learns what
+decoding lets it time: a step's verify forward with the step's overhead (the verifier and the
+cache commit are timed with it), a draft call's forward without the bookkeeping around it.
+Same answer, same costs, one path per policy: two policies' ratios differ only by what they
+decided. What a replay does not model: sampling, timing noise, and draft tokens below a rejected
+one (never tested, so only their count matters).
 
 `hindsight` is the other end: the least time in which any schedule of chains could decode a
 record if it knew the answer (a shortest path over answer positions); how far a policy is from
