@@ -111,32 +111,36 @@ def measure_overheads(
         finally:
             spent[0] += time.perf_counter() - start
 
-    def per_step(method: str, **options: Any) -> float:
+    def per_step(method: str, **options: Any) -> tuple[float, float]:
         rest: list[float] = []  # per step: its wall time less its forwards
+        calls: list[int] = []  # per step: its draft calls
         last = [0.0]
 
         def on_step(trace: Any) -> None:
             now = time.perf_counter()
             if trace.step > 1:  # the first step's start is the prompt's forward
                 rest.append(now - last[0] - spent[0])
+                calls.append(trace.draft_forwards)
             last[0], spent[0] = now, 0.0
 
         for prompt in prompts:
             generate_speculative(model, prompt, 16, method=method, **options)  # untimed
-            generate_speculative(model, prompt, max_new_tokens, method=method, on_step=on_step)
-        return statistics.median(rest)
+            generate_speculative(
+                model, prompt, max_new_tokens, method=method, on_step=on_step, **options
+            )
+        return statistics.median(rest), statistics.median(calls)
 
     own = model.__dict__.get("forward")  # a forward set on the instance (a wrapper), if any
     model.forward = timed
     try:
-        step = per_step("pld")
-        chain = per_step("chain", schedule=ScheduleOptions(chain_k=1))
+        step, _ = per_step("pld")
+        chain, calls = per_step("chain", schedule=ScheduleOptions(chain_k=1))
     finally:
         if own is None:
             del model.forward  # the class's own again
         else:
             model.forward = own
-    return {"step": step, "draft": max(chain - step, 0.0)}
+    return {"step": step, "draft": max(chain - step, 0.0) / max(calls, 1.0)}
 
 
 def _median_costs(model: Any, levels: list[Any], cached: int, repeats: int) -> dict[str, Any]:

@@ -58,6 +58,31 @@ def test_the_overheads_timer_leaves_the_class_forward_in_place(replay_script: Mo
     assert 0 < overheads["step"] < 1 and 0 <= overheads["draft"] < 1
 
 
+def test_the_draft_overhead_is_timed_on_one_token_chains_per_call(
+    replay_script: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The timed decodes are a lookup's and a one-token chain's (each step one draft call), and
+    a step's draft calls divide what it adds beyond a lookup step."""
+    import casspec_ref.speculative as speculative
+
+    timed: list[tuple[str, int | None, int]] = []
+    real = speculative.generate_speculative
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        result = real(*args, **kwargs)
+        if kwargs.get("on_step") is not None:
+            schedule = kwargs.get("schedule")
+            k = None if schedule is None else schedule.chain_k
+            timed.append((kwargs["method"], k, result.stats["draft_forwards"]))
+        return result
+
+    monkeypatch.setattr(speculative, "generate_speculative", spy)
+    model = random_init_(Transformer(tiny_llama()), seed=0).eval()
+    replay_script.measure_overheads(model, [[1, 2, 3, 1, 2]], max_new_tokens=8)
+    assert [(m, k) for m, k, _ in timed] == [("pld", None), ("chain", 1)]
+    assert timed[0][2] == 0 and timed[1][2] > 0  # the chain drafted, the lookup did not
+
+
 def test_a_replay_adds_the_measured_overheads_unless_told_otherwise(
     replay_script: ModuleType,
 ) -> None:
