@@ -262,7 +262,8 @@ def do_replay(args: argparse.Namespace) -> None:
         with open(args.costs_from) as f:
             raw = json.load(f)["costs"]
     data = {**data, "costs": raw}  # the record written names the costs replayed on
-    costs = Costs.from_json(raw, **replay_overheads(args, raw))
+    overheads = replay_overheads(args, raw)
+    costs = Costs.from_json(raw, **overheads)
     levels = list(records[0].drafts)
 
     def baseline(method: str, k: int) -> Any:  # the bench's schedule for ``method:k``
@@ -329,7 +330,7 @@ def do_replay(args: argparse.Namespace) -> None:
         speedups = {n: ar_seconds / sum(r.seconds.values()) for n, r in runs.items() if n != "ar"}
         bound_speedup = ar_seconds / sum(bound.seconds.values())
         ledgers = {name: steps_by_kind(runs[name]) for name in ("cas-spec", "cas-spec:paper")}
-        figures = (speedups, best_fixed, orders, bound_speedup, kinds, ledgers)
+        figures = (speedups, best_fixed, orders, bound_speedup, kinds, ledgers, overheads)
         write_record(args, data, len(records), *figures)
         print(f"wrote {args.json}")
 
@@ -371,11 +372,13 @@ def write_record(
     bound: float,
     bound_steps: dict[str, int],
     ledgers: dict[str, dict[str, dict[str, float]]],
+    overheads: dict[str, float],
 ) -> None:
     """The replay's figures as a results record (docs/bench/, `casspec_ref.tools.results`):
     each method's overall speedup over the naive loop, DyTC's over the question orders, the
     hindsight bound (``bound``, its steps by kind), each preset's steps by kind in the recorded
-    order (``ledgers``, `steps_by_kind`) and the measured costs it was replayed on."""
+    order (``ledgers``, `steps_by_kind`), the measured costs it was replayed on and the
+    overheads added to them (``overheads``, `replay_overheads`)."""
     from casspec_ref.tools.bench import environment
 
     command = shlex.join(["python", "benchmarks/dytc_replay.py", *sys.argv[1:]])
@@ -389,10 +392,7 @@ def write_record(
         "costs_measured": data["costs"].get("measured", ""),
         "costs_forms": data["costs"].get("forms", "exact"),
         "costs_command": data["costs"].get("command", ""),
-        "overheads_s": {
-            name: value if value is not None else data["costs"]["overheads"][name]
-            for name, value in (("draft", args.draft_overhead), ("step", args.step_overhead))
-        },
+        "overheads_s": {name: overheads[f"{name}_overhead"] for name in ("draft", "step")},
         "overheads_measured": {
             "draft": args.draft_overhead is None,
             "step": args.step_overhead is None,

@@ -218,21 +218,22 @@ def _generate(args: argparse.Namespace) -> int:
     streamer = _TextStreamer(
         tokenizer.decode, enabled=not (args.json or args.show_tree), hidden=tokenizer.stop_ids
     )
-    common: dict[str, Any] = dict(
+    sampling: dict[str, Any] = dict(
         temperature=args.temperature,
         top_k=args.top_k,
         top_p=args.top_p,
         seed=args.seed,
         stop_ids=tokenizer.stop_ids,
-        on_token=streamer,
     )
+    common: dict[str, Any] = {**sampling, "on_token": streamer}
+    # With --json, stdout carries exactly one JSON object: no comparison is printed.
+    compare = args.compare_ar and method != "ar" and not args.json
     carried: dict[str, Any] = {}  # what the warm-up hands the timed run (CAS-Spec's policy)
-    if args.compare_ar and method != "ar" and not args.json:
+    if compare:
         # Every loop untimed once first, on another request, as the demo and the bench do.
         from casspec_ref.tools.naive import WARM_UP_REQUEST, warm_up
 
         other = tokenizer.apply_chat_template([{"role": "user", "content": WARM_UP_REQUEST}])
-        sampling = {k: v for k, v in common.items() if k != "on_token"}
         carried = warm_up(model, other, method, **sampling)
     start = time.perf_counter()
     try:
@@ -286,13 +287,12 @@ def _generate(args: argparse.Namespace) -> int:
     summary = f"[{method}] {len(generated)} tokens in {wall:.2f} s = {tokens_per_s:.1f} tok/s"
     if "mat" in stats:
         summary += f", MAT {stats['mat']:.2f} (bonus token included)"
-    if args.compare_ar and method != "ar":
+    if compare:
         # The naive loop in both forms, run now on the same prompt; the speedup is taken over
         # the faster one whose tokens equal these (`casspec_ref.tools.naive`).
         from casspec_ref.tools.naive import describe, fastest_equal, time_naive_loops
 
-        common.pop("on_token")
-        naive = time_naive_loops(model, prompt_ids, args.max_new_tokens, **common)
+        naive = time_naive_loops(model, prompt_ids, args.max_new_tokens, **sampling)
         base = fastest_equal(naive, generated)
         exact = next(r for r in naive if r.form == "exact")
         same = "identical to" if exact.tokens == generated else "a different sample than"

@@ -381,12 +381,13 @@ def replay(
             committed += len(new) + 1
             speculative = schedule is not None or policy is not None
             overhead = d.bookkeeping + thinking + speculative * costs.step_overhead
-            seconds += verify + d.seconds() + overhead
+            step = verify + d.seconds() + overhead
+            seconds += step
             out.steps += 1
             kind = out.kinds.setdefault(d.kind(), StepKind())
             kind.steps += 1
             kind.tokens += len(new) + 1
-            kind.seconds += verify + d.seconds() + overhead
+            kind.seconds += step
             kind.overhead_seconds += overhead
             kind.naive_seconds += (len(new) + 1) * costs.verify_seconds(1)
         out.seconds[rec.category] = out.seconds.get(rec.category, 0.0) + seconds
