@@ -6,8 +6,9 @@ compares policies on the same recorded truth, with no forward timed again. Three
 - ``record``: greedy answers of a prompt set's first turns (`generate_ar`), each draft level's
   and the target's top tokens along them, and this machine's costs (one target forward over
   T = 1..32 new tokens after 256 cached, each level's one-token forward; medians of 15 passes
-  over all of them; and what a speculative step and a draft call add to their forwards, timed
-  in short decodes of two of the prompts: `measure_overheads`), to a JSON file;
+  over all of them; and what a speculative step and a draft call add to their forwards and
+  what a prompt lookup and a recycled-token walk take, timed in short decodes of two of the
+  prompts: `measure_overheads`), to a JSON file;
 - ``recost``: measures the costs again into a record (the answers stay), or into a copy
   (``--out``); ``--plain`` measures them in the plain forms, as ``M+plain`` decodes: the same
   answers replayed on what the exact forms cost and on what the plain ones cost. The ratios a
@@ -64,6 +65,8 @@ SETS = {"bundled": "prompts", "heldout": "prompts_heldout"}
 #: The verify sizes whose measured cost a replay record keeps (the whole curve is in the answers'
 #: record).
 SIZES = (1, 2, 3, 4, 8, 16, 32)
+#: What decoding adds to the forwards, measured with the costs (`measure_overheads`).
+OVERHEADS = ("draft", "step", "lookup", "recycle")
 
 
 def measure_costs(
@@ -94,15 +97,19 @@ def measure_overheads(
     model: Any, prompts: list[list[int]], max_new_tokens: int = 64
 ) -> dict[str, float]:
     """Seconds decoding adds to the forwards on this machine, medians over the steps of two
-    short decodes of ``prompts`` (each after an untimed warm-up), every forward timed apart: a
-    speculative step's (``step``: prompt lookup's steps, a step's wall time less its forwards:
-    the lookup, the verifier, the cache commit, the bookkeeping) and one draft call's
-    (``draft``: a one-token chain's steps, each one draft call, less a lookup step's)."""
+    short decodes of ``prompts`` (each after an untimed warm-up), every forward and every prompt
+    lookup timed apart: a speculative step's (``step``: prompt lookup's steps, a step's wall time
+    less its forwards and its lookup: the verifier, the cache commit, the bookkeeping), one draft
+    call's (``draft``: a one-token chain's steps, each one draft call, less a lookup step's), one
+    prompt lookup's (``lookup``: `StepDrafter.lookup`, as decoding charges it to the lookup) and
+    one recycled-token walk's (``recycle``: `time_recycle_walk`)."""
     from casspec_ref.baselines import ScheduleOptions
+    from casspec_ref.draft import StepDrafter
     from casspec_ref.speculative import generate_speculative
 
-    spent = [0.0]  # seconds in forwards since the last step ended
-    forward = model.forward
+    spent = [0.0]  # seconds in forwards and lookups since the last step ended
+    lookups: list[float] = []  # seconds of each lookup in the timed decodes
+    forward, lookup = model.forward, StepDrafter.lookup
 
     def timed(*args: Any, **kwargs: Any) -> Any:
         start = time.perf_counter()
@@ -111,8 +118,16 @@ def measure_overheads(
         finally:
             spent[0] += time.perf_counter() - start
 
+    def timed_lookup(drafter: StepDrafter, node: int, k: int) -> list[int]:
+        start = time.perf_counter()
+        try:
+            return lookup(drafter, node, k)
+        finally:
+            lookups.append(time.perf_counter() - start)
+            spent[0] += lookups[-1]
+
     def per_step(method: str, **options: Any) -> tuple[float, float]:
-        rest: list[float] = []  # per step: its wall time less its forwards
+        rest: list[float] = []  # per step: its wall time less its forwards and lookups
         calls: list[int] = []  # per step: its draft calls
         last = [0.0]
 
@@ -124,7 +139,9 @@ def measure_overheads(
             last[0], spent[0] = now, 0.0
 
         for prompt in prompts:
+            mark = len(lookups)
             generate_speculative(model, prompt, 16, method=method, **options)  # untimed
+            del lookups[mark:]
             generate_speculative(
                 model, prompt, max_new_tokens, method=method, on_step=on_step, **options
             )
@@ -132,15 +149,43 @@ def measure_overheads(
 
     own = model.__dict__.get("forward")  # a forward set on the instance (a wrapper), if any
     model.forward = timed
+    StepDrafter.lookup = timed_lookup  # type: ignore[method-assign]
     try:
         step, _ = per_step("pld")
+        looked = statistics.median(lookups)
         chain, calls = per_step("chain", schedule=ScheduleOptions(chain_k=1))
     finally:
+        StepDrafter.lookup = lookup  # type: ignore[method-assign]
         if own is None:
             del model.forward  # the class's own again
         else:
             model.forward = own
-    return {"step": step, "draft": max(chain - step, 0.0) / max(calls, 1.0)}
+    return {
+        "step": step,
+        "draft": max(chain - step, 0.0) / max(calls, 1.0),
+        "lookup": looked,
+        "recycle": time_recycle_walk(model, prompts[0]),
+    }
+
+
+def time_recycle_walk(model: Any, prompt: list[int], k: int = 4, width: int = 3) -> float:
+    """Median seconds of one recycled-token draft as `StepDrafter` makes it (a token's top
+    `width` successors, then a walk of `k` - 1 from the first), from each token of `prompt`,
+    over a table filled by one target forward over `prompt` (its top successors)."""
+    from casspec_ref.dsia.recycle import TokenRecycler
+
+    recycler = TokenRecycler()
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt]))  # (1, P, V)
+    recycler.update(prompt, logits[0])
+    times = []
+    for token in prompt:
+        start = time.perf_counter()
+        first = recycler.alternatives(token, width)
+        if first:
+            recycler.chain(first[0][0], k - 1)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
 
 
 def _median_costs(model: Any, levels: list[Any], cached: int, repeats: int) -> dict[str, Any]:
@@ -239,18 +284,27 @@ def refinement_variants() -> list[str]:
 
 
 def replay_overheads(args: argparse.Namespace, raw: dict[str, Any]) -> dict[str, float]:
-    """The overheads a replay adds (seconds): the options where given, else those measured with
-    the costs (`measure_overheads`); a record without them needs both options."""
+    """The overheads a replay adds (seconds), by `Costs` field: a draft call's and a step's, the
+    options where given, else those measured with the costs (`measure_overheads`); a prompt
+    lookup's and a recycled-token walk's, measured only."""
     measured = raw.get("overheads", {})
-    given = {"draft": args.draft_overhead, "step": args.step_overhead}
+    given = {
+        "draft": args.draft_overhead,
+        "step": args.step_overhead,
+        "lookup": None,
+        "recycle": None,
+    }
     missing = [name for name, value in given.items() if value is None and name not in measured]
     if missing:
         raise SystemExit(
-            f"the costs replayed carry no measured {' or '.join(missing)} overhead: recost the "
-            "record (`recost`), or give --draft-overhead and --step-overhead (seconds)"
+            f"the costs replayed carry no measured {', '.join(missing)} overhead: recost the "
+            "record (`recost`); --draft-overhead and --step-overhead (seconds) stand for the "
+            "first two"
         )
-    chosen = {name: measured[name] if value is None else value for name, value in given.items()}
-    return {"draft_overhead": chosen["draft"], "step_overhead": chosen["step"]}
+    return {
+        f"{name}_overhead": measured[name] if value is None else value
+        for name, value in given.items()
+    }
 
 
 def do_replay(args: argparse.Namespace) -> None:
@@ -392,7 +446,7 @@ def write_record(
         "costs_measured": data["costs"].get("measured", ""),
         "costs_forms": data["costs"].get("forms", "exact"),
         "costs_command": data["costs"].get("command", ""),
-        "overheads_s": {name: overheads[f"{name}_overhead"] for name in ("draft", "step")},
+        "overheads_s": {name: overheads[f"{name}_overhead"] for name in OVERHEADS},
         "overheads_measured": {
             "draft": args.draft_overhead is None,
             "step": args.step_overhead is None,

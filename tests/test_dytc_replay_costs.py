@@ -1,5 +1,6 @@
 """The replay's cost measurement (benchmarks/dytc_replay.py): the forms it measures in are the
-ones it names, and the model's own setting is left as it was."""
+ones it names, the model's own setting is left as it was, and what decoding adds to the forwards
+(a step, a draft call, a prompt lookup, a recycled-token walk) is timed each apart."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def test_costs_are_measured_in_the_forms_they_name_and_the_model_is_restored(
         model, [], [[1, 2, 3, 1, 2]], cached=8, repeats=1, plain=plain
     )
     assert costs["forms"] == ("plain" if plain else "exact")
-    assert set(costs["overheads"]) == {"step", "draft"}
+    assert set(costs["overheads"]) == {"step", "draft", "lookup", "recycle"}
     assert all(seconds >= 0 for seconds in costs["overheads"].values())
     assert model.forward == spying_forward, "the overheads' timer was left on the model"
     assert seen and set(seen) == {not plain}, "a forward ran in the other forms"
@@ -56,6 +57,31 @@ def test_the_overheads_timer_leaves_the_class_forward_in_place(replay_script: Mo
     overheads = replay_script.measure_overheads(model, [[1, 2, 3, 1, 2]], max_new_tokens=8)
     assert "forward" not in model.__dict__
     assert 0 < overheads["step"] < 1 and 0 <= overheads["draft"] < 1
+    assert 0 < overheads["lookup"] < 1 and 0 < overheads["recycle"] < 1
+
+
+def test_a_lookup_is_timed_apart_from_the_step(
+    replay_script: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lookup made slow by 50 ms shows in the lookup's seconds, not in the step's (the replay
+    charges each lookup apart: counted in both, it would be paid twice), and the drafter's own
+    lookup is back in place afterwards."""
+    import time
+
+    from casspec_ref.draft import StepDrafter
+
+    model = random_init_(Transformer(tiny_llama()), seed=0).eval()
+    real = StepDrafter.lookup
+
+    def slow(drafter: StepDrafter, node: int, k: int) -> list[int]:
+        time.sleep(0.05)
+        return real(drafter, node, k)
+
+    monkeypatch.setattr(StepDrafter, "lookup", slow)
+    overheads = replay_script.measure_overheads(model, [[1, 2, 3, 1, 2]], max_new_tokens=8)
+    assert StepDrafter.lookup is slow
+    assert overheads["lookup"] >= 0.05
+    assert overheads["step"] < 0.05, "the lookup's time was counted in the step's overhead"
 
 
 def test_the_draft_overhead_is_timed_on_one_token_chains_per_call(
@@ -88,18 +114,25 @@ def test_a_replay_adds_the_measured_overheads_unless_told_otherwise(
 ) -> None:
     from argparse import Namespace
 
-    raw = {"overheads": {"step": 0.002, "draft": 0.004}}
+    free = {"lookup": 2e-5, "recycle": 3e-6}  # measured only
+    raw = {"overheads": {"step": 0.002, "draft": 0.004, **free}}
     chosen = replay_script.replay_overheads(Namespace(draft_overhead=None, step_overhead=None), raw)
-    assert chosen == {"draft_overhead": 0.004, "step_overhead": 0.002}
-    given = Namespace(draft_overhead=0.5, step_overhead=None)
-    assert replay_script.replay_overheads(given, raw) == {
-        "draft_overhead": 0.5,
+    assert chosen == {
+        "draft_overhead": 0.004,
         "step_overhead": 0.002,
+        "lookup_overhead": 2e-5,
+        "recycle_overhead": 3e-6,
     }
-    with pytest.raises(SystemExit, match="no measured draft or step overhead: recost"):
-        replay_script.replay_overheads(Namespace(draft_overhead=None, step_overhead=None), {})
+    given = Namespace(draft_overhead=0.5, step_overhead=None)
+    assert replay_script.replay_overheads(given, raw) == {**chosen, "draft_overhead": 0.5}
+    nothing = Namespace(draft_overhead=None, step_overhead=None)
+    with pytest.raises(SystemExit, match="no measured draft, step, lookup, recycle overhead: re"):
+        replay_script.replay_overheads(nothing, {})
     both = Namespace(draft_overhead=0.001, step_overhead=0.003)
-    assert replay_script.replay_overheads(both, {}) == {
+    with pytest.raises(SystemExit, match="no measured lookup, recycle overhead: recost"):
+        replay_script.replay_overheads(both, {})
+    assert replay_script.replay_overheads(both, {"overheads": free}) == {
+        **chosen,
         "draft_overhead": 0.001,
         "step_overhead": 0.003,
     }

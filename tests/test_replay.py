@@ -22,7 +22,6 @@ from casspec_ref.model import Transformer
 from casspec_ref.plan import ExecutionPlan
 from casspec_ref.schedules import SCHEDULES, Schedule, ScheduleSpec
 from casspec_ref.tools.replay import (
-    LOOKUP_SECONDS,
     Costs,
     Recorded,
     ReplayDrafter,
@@ -34,7 +33,10 @@ from casspec_ref.tools.replay import (
 )
 
 ANSWER = list(range(10, 21))  # 11 tokens: the first comes from the prefill, 10 are decoded
-COSTS = Costs({1: 1.0, 2: 1.25, 3: 1.5, 4: 1.75, 5: 2.0}, {"good": 0.2, "bad": 0.2}, 0.05, 0.1)
+COSTS = Costs(
+    {1: 1.0, 2: 1.25, 3: 1.5, 4: 1.75, 5: 2.0}, {"good": 0.2, "bad": 0.2}, 0.05, 0.1, 0.01, 0.02
+)
+LOOKUP = COSTS.lookup_overhead
 
 
 _SPEC = ScheduleSpec(["bad", "good"], 0)
@@ -210,6 +212,7 @@ def test_replay_drafter_lookup_and_recycled_chains() -> None:
     assert d.offers(0, PLD) == 5  # the context after the match: 11, 12, 13, 99, 10
     grown = d.expand(0, PLD, 4, 3)  # a lookup is one chain, whatever the width
     assert d.tokens[1:] == [11, 12, 13, 99]
+    assert d.charged == {PLD: (1, LOOKUP)}  # one lookup, its measured seconds, once
     assert [(parent, conf) for _, parent, conf in grown] == [
         (0, None),
         (1, None),
@@ -231,6 +234,7 @@ def test_replay_drafter_lookup_and_recycled_chains() -> None:
     assert r.offers(0, RECYCLE) == 3  # the walk 11, 12, 98 (98 has no successors)
     grown = r.expand(0, RECYCLE, 3, 2)
     assert r.tokens == [10, 11, 7, 12, 98]  # the root's two successors, then the walk on
+    assert r.charged == {RECYCLE: (1, COSTS.recycle_overhead)}  # one walk, its own seconds
     assert grown == [(1, 0, 0.6), (3, 1, 0.8), (4, 3, 0.5), (2, 0, 0.3)]
     assert r.alternatives(0, RECYCLE, 2) == [0.6, 0.3]
     assert r.verify() == (
@@ -271,10 +275,10 @@ def test_hindsight_is_the_cheapest_path_worked_by_hand() -> None:
     copied = _recorded([*ANSWER, 5])
     copied.drafts.pop("good")
     seconds, kinds = hindsight(copied, COSTS)
-    assert kinds == {"pld": 1} and seconds == pytest.approx(LOOKUP_SECONDS + 2.0 + 0.1)
+    assert kinds == {"pld": 1} and seconds == pytest.approx(LOOKUP + 2.0 + 0.1)
     # The prompt holds the next three (then a wrong one): the lookup's 3, the level's other 6.
     seconds, kinds = hindsight(_recorded([9, 10, 11, 12, 13, 99]), COSTS)
-    assert kinds == {"pld+good": 1} and seconds == pytest.approx(LOOKUP_SECONDS + 1.5 + 2.0 + 0.1)
+    assert kinds == {"pld+good": 1} and seconds == pytest.approx(LOOKUP + 1.5 + 2.0 + 0.1)
 
 
 def _one_level(prompt: list[int], answer: list[int], right: list[bool]) -> Recorded:
@@ -291,7 +295,7 @@ def test_hindsight_takes_the_shortest_steps_that_pay() -> None:
     # A lookup right for one token, at the first position only (answer tokens never repeat).
     seconds, kinds = hindsight(_one_level([10, 11, 99], ANSWER, wrong), COSTS)
     assert kinds == {"pld": 1, "plain": 8}
-    assert seconds == pytest.approx(LOOKUP_SECONDS + 1.25 + 0.1 + 8 * 1.0)
+    assert seconds == pytest.approx(LOOKUP + 1.25 + 0.1 + 8 * 1.0)
     # A level right at every odd answer index: a one-token chain from each odd position.
     odd = [i % 2 == 1 for i in range(len(ANSWER))]
     assert hindsight(_one_level([1, 2, 3], ANSWER, odd), COSTS) == (

@@ -486,6 +486,9 @@ def test_a_replay_says_whether_its_overheads_were_measured_or_given() -> None:
     measured = replay_record(overheads_measured={"draft": True, "step": True})
     text = "\n".join(results.section("cpu_dytc_replay", measured))
     assert "overheads (measured with the costs): 1.000 ms per draft call, 3.000 ms per step" in text
+    free = {"draft": 0.001, "step": 0.003, "lookup": 2.5e-5, "recycle": 4e-6}
+    text = "\n".join(results.section("cpu_dytc_replay", replay_record(overheads_s=free)))
+    assert "3.000 ms per step, 25.0 us per prompt lookup, 4.0 us per recycled-token walk" in text
     given = replay_record(overheads_measured={"draft": False, "step": False})
     assert "overheads (given): 1.000 ms" in "\n".join(results.section("cpu_dytc_replay", given))
     mixed = replay_record(overheads_measured={"draft": False, "step": True})

@@ -17,7 +17,8 @@ one-token forward. It then decodes every question again with no model: a schedul
 through `ReplayDrafter` (a `casspec_ref.dytc.TreeDrafter`), the recorded answer verifies them,
 and the clock is the measured costs, plus a per-call overhead for a draft forward and a per-step
 overhead for a speculative step (both measured in decoding on the same machine, with the costs,
-or stated by the caller), plus the real Python time of DyTC's own decisions. DyTC learns what
+or stated by the caller), the free drafts' own seconds (a prompt lookup, a recycled-token walk:
+measured with the costs), plus the real Python time of DyTC's own decisions. DyTC learns what
 decoding lets it time: a step's verify forward with the step's overhead (the verifier and the
 cache commit are timed with it), a draft call's forward without the bookkeeping around it.
 Same answer, same costs, one path per policy: two policies' ratios differ only by what they
@@ -48,7 +49,6 @@ from casspec_ref.dytc_refinements import LONGEST_MATCH, outcome
 from casspec_ref.schedules import Schedule
 from casspec_ref.tools.teacher_forced import TeacherForced
 
-LOOKUP_SECONDS = 2e-5  # one prompt lookup or recycled-token walk (measured: 10-30 us)
 DRAFT_TOP = 3  # alternatives kept per draft position (DyTC's default `siblings`)
 TARGET_TOP = 4  # successors the recycled-token table keeps (`TokenRecycler` width)
 Grown = list[tuple[int, int, float | None]]  # (node, parent, confidence) per added node
@@ -72,20 +72,24 @@ class Recorded:
 @dataclass
 class Costs:
     """Seconds on the machine replayed: a target forward by new tokens, a draft call by level,
-    and the overheads decoding adds to them (a draft call's bookkeeping, a speculative step's
-    lookup, verifier, cache commit and bookkeeping), measured on the same machine
-    (benchmarks/dytc_replay.py, ``measure_overheads``) or stated; none unless one of those."""
+    the overheads decoding adds to them (a draft call's bookkeeping; a speculative step's
+    verifier, cache commit and bookkeeping) and the free drafts' own time (one prompt lookup,
+    one recycled-token walk), measured on the same machine (benchmarks/dytc_replay.py,
+    ``measure_overheads``) or stated; none unless one of those."""
 
     verify: dict[int, float]
     draft: dict[str, float]
     draft_overhead: float = 0.0
     step_overhead: float = 0.0
+    lookup_overhead: float = 0.0
+    recycle_overhead: float = 0.0
 
     @classmethod
     def from_json(cls, raw: dict[str, Any], **overheads: float) -> Costs:
         """The costs a record keeps (``{"verify": {T: s}, "draft": {level: s}}``, and the
-        measured ``"overheads": {"draft": s, "step": s}`` where it has them; JSON makes T a
-        string), with `overheads` (``draft_overhead``, ``step_overhead``) taking precedence."""
+        measured ``"overheads": {"draft": s, "step": s, "lookup": s, "recycle": s}`` where it
+        has them; JSON makes T a string), with `overheads` (``draft_overhead``,
+        ``step_overhead``, ...) taking precedence."""
         verify = {int(t): float(s) for t, s in raw["verify"].items()}
         measured = {f"{name}_overhead": float(s) for name, s in raw.get("overheads", {}).items()}
         draft = {name: float(s) for name, s in raw["draft"].items()}
@@ -193,7 +197,7 @@ class ReplayDrafter:
         return sum(seconds for _, seconds in self.charged.values())
 
     def lookup(self, node: int, k: int) -> list[int]:
-        self._charge(PLD, LOOKUP_SECONDS)
+        self._charge(PLD, self.costs.lookup_overhead)
         found = self.pld.match(k, self._path(node))
         self._matched[node] = found.ngram
         return list(found.tokens)
@@ -242,7 +246,7 @@ class ReplayDrafter:
             tokens = self._lookups.get(node) or self.lookup(node, k)
             return [(n, self.parent[n], None) for n in self.add_chain(node, tokens[:k], PLD)]
         if draft == RECYCLE:
-            self._charge(RECYCLE, LOOKUP_SECONDS)
+            self._charge(RECYCLE, self.costs.recycle_overhead)
             first = self.recycler.alternatives(self.tokens[node], width)[: self.room(node)]
             if not first:
                 return []
@@ -443,14 +447,14 @@ def hindsight(
         room = n - p - 1  # the last step's bonus token is the answer's last
         options = [(padded[1] + best[p + 1][0], "plain", 0)]
         looked = min(agreeing(proposals[p], p), room)
-        step = costs.step_overhead
+        step, lookup_s = costs.step_overhead, costs.lookup_overhead
         for j in range(1, looked + 1):
-            options.append((LOOKUP_SECONDS + padded[j + 1] + step + best[p + j + 1][0], PLD, j))
+            options.append((lookup_s + padded[j + 1] + step + best[p + j + 1][0], PLD, j))
         for level, tokens in greedy.items():
             call = costs.draft[level] + costs.draft_overhead
             for j in range(0, looked + 1):  # j lookup tokens first, then the level's
                 right = min(agreeing(tokens[p + j :], p + j), room - j)
-                first = LOOKUP_SECONDS if j else 0.0
+                first = lookup_s if j else 0.0
                 for k in range(1, right + 1):
                     seconds = first + k * call + padded[j + k + 1] + step + best[p + j + k + 1][0]
                     options.append((seconds, f"{PLD}+{level}" if j else level, j + k))

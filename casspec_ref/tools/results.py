@@ -640,8 +640,7 @@ def dytc_replay_section(record: dict[str, Any]) -> list[str]:
         f"{record['answers']} answers ({record['questions']}; recorded by "
         f"`{record.get('record_command', '')}`), costs measured in the "
         f"{record.get('costs_forms', 'exact')} forms {record['costs_measured']}{measured_by}; "
-        f"overheads{_how_overheads(record)}: {num(record['overheads_s']['draft'] * 1e3)} ms "
-        f"per draft call, {num(record['overheads_s']['step'] * 1e3)} ms per step. A variant "
+        f"overheads{_how_overheads(record)}: {_overheads(record['overheads_s'])}. A variant "
         "`cas-spec@SWITCH=0` is the default without one refinement, `cas-spec:paper@SWITCH=1` "
         "the paper's policy with it alone (docs/method.md §4.2).",
         "",
@@ -664,6 +663,17 @@ def dytc_replay_section(record: dict[str, Any]) -> list[str]:
         *_replay_costs(record),
         *_replay_kinds(record),
     ]
+
+
+def _overheads(seconds: dict[str, float]) -> str:
+    """A replay's overheads in words: a draft call's and a step's (ms), and, where measured, a
+    prompt lookup's and a recycled-token walk's (us)."""
+    draft, step = num(seconds["draft"] * 1e3), num(seconds["step"] * 1e3)
+    words = [f"{draft} ms per draft call", f"{step} ms per step"]
+    for name, what in (("lookup", "per prompt lookup"), ("recycle", "per recycled-token walk")):
+        if name in seconds:
+            words.append(f"{seconds[name] * 1e6:.1f} us {what}")
+    return ", ".join(words)
 
 
 def _how_overheads(record: dict[str, Any]) -> str:
