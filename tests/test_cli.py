@@ -124,6 +124,22 @@ def test_demo_rejects_a_bad_length(capsys) -> None:
     assert run_demo(0) == 2
 
 
+def test_the_demo_states_the_verify_costs_its_policy_timed() -> None:
+    """The ratios are the policy's own timings, each against one token's, for the sizes timed."""
+    from casspec_ref.dytc import DyTC
+    from casspec_ref.dytc_refinements import RefinedDyTC
+    from casspec_ref.tools.demo import verify_costs
+
+    for policy in (DyTC(["exit1"]), RefinedDyTC(["exit1"])):
+        assert verify_costs(policy) == "verify costs: not timed yet"
+        for tokens, seconds in ((1, 0.04), (2, 0.06), (8, 0.12)):
+            policy.verify_cost.observe(tokens, seconds)
+        assert verify_costs(policy).startswith(
+            "verify costs on this machine (DyTC's timings), against one token's: 2 tokens 1.5x, "
+            "8 tokens 3.0x\n"
+        )
+
+
 @pytest.mark.parametrize(
     "method, policy", [("cas-spec", "RefinedDyTC"), ("cas-spec:paper", "DyTC"), ("pld", None)]
 )

@@ -7,12 +7,18 @@ measurements), then timed on this prompt. The naive loop runs in both forms
 (`casspec_ref.tools.naive`): exact, whose tokens CAS-Spec must equal, and plain, the fastest
 kernels. The demo prints whether the answers are identical, tokens per second side by side, the
 speedup over the faster naive loop that gives the same tokens (and which one that is), the mean
-accepted tokens per target forward, and one step's tree.
+accepted tokens per target forward, what verifying a few tokens costs on this machine against one
+(DyTC's own timings: what bounds the speedup here), and one step's tree.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from casspec_ref.dytc import DyTC
 
 PASSAGE = (
     "The Great Barrier Reef is the world's largest coral reef system. It is composed of over "
@@ -89,9 +95,26 @@ def run_demo(max_new_tokens: int = 160) -> int:
         f"mean accepted tokens per target forward (MAT): {stats['mat']:.2f}; trees branched in "
         f"{stats['branching_steps']} of {stats['steps']} steps"
     )
+    if "policy" in carried:
+        print(verify_costs(carried["policy"]))
     if steps:
         # A compact step: many accepted tokens for a small tree.
         best = max(steps, key=lambda t: len(t.result.accepted) - 0.3 * len(t.tree))
         print(f"\none step of CAS-Spec (step {best.step}: {len(best.tree) - 1} drafted nodes):")
         print(TreePrinter(tokenizer.decode, color=False).format(best))
     return 0 if fast.tokens == exact.tokens else 1
+
+
+def verify_costs(policy: DyTC, sizes: Sequence[int] = (2, 4, 8)) -> str:
+    """What a verify forward costs against a one-token forward, from the timings `policy` took on
+    this machine (the sizes it has timed): a step that verifies T tokens beats the naive loop
+    only if it commits more tokens than its ratio, so these ratios bound the speedup."""
+    curve = policy.verify_cost
+    if 1 not in curve.seconds:
+        return "verify costs: not timed yet"
+    one = curve.seconds[1]
+    ratios = [f"{t} tokens {curve.seconds[t] / one:.1f}x" for t in sizes if t in curve.seconds]
+    return (
+        f"verify costs on this machine (DyTC's timings), against one token's: {', '.join(ratios)}"
+        "\n(a step that verifies T tokens pays only if it commits more tokens than T's ratio)"
+    )
