@@ -104,6 +104,21 @@ def test_compare_ar_reports_a_measured_speedup_and_identity() -> None:
     )
 
 
+@pytest.mark.parametrize("method", ["ar", "pld", "cas-spec"])
+def test_a_single_timed_run_says_it_is_cold(method, tmp_path, capsys) -> None:
+    """Without --compare-ar the speed printed is one cold run's: the line says what it includes
+    (a fresh DyTC policy's first timings for CAS-Spec) and how to time warm runs."""
+    from hostile_support import write_tiny_gguf
+
+    model = write_tiny_gguf(tmp_path / "tiny.gguf")
+    argv = ["generate", "--model", str(model), "--max-new-tokens", "4", "--method", method, "hi"]
+    assert main(argv) == 0
+    summary = capsys.readouterr().out.strip().splitlines()[-1]
+    assert summary.startswith(f"[{method}] ") and "a cold run: one-time setup" in summary
+    assert ("fresh DyTC policy's first timings" in summary) == (method == "cas-spec")
+    assert ("--compare-ar times warm runs" in summary) == (method != "ar")
+
+
 def test_the_base_is_the_faster_naive_loop_with_the_same_tokens() -> None:
     """The plain loop is the base only when its tokens are the same; the exact loop otherwise
     (and when neither is), whatever the speeds."""

@@ -287,6 +287,8 @@ def _generate(args: argparse.Namespace) -> int:
     summary = f"[{method}] {len(generated)} tokens in {wall:.2f} s = {tokens_per_s:.1f} tok/s"
     if "mat" in stats:
         summary += f", MAT {stats['mat']:.2f} (bonus token included)"
+    if not compare:
+        summary += f"; {_cold_run(method)}"
     if compare:
         # The naive loop in both forms, run now on the same prompt; the speedup is taken over
         # the faster one whose tokens equal these (`casspec_ref.tools.naive`).
@@ -304,6 +306,14 @@ def _generate(args: argparse.Namespace) -> int:
         summary += "\n".join(describe(naive, base, generated))
     print(summary)
     return 0
+
+
+def _cold_run(method: str) -> str:
+    """What a single timed run includes that a warm one does not, and how to time warm runs."""
+    if method == "ar":
+        return "a cold run: one-time setup included"
+    fresh = " and a fresh DyTC policy's first timings" if method.startswith("cas-spec") else ""
+    return f"a cold run: one-time setup{fresh} included; --compare-ar times warm runs"
 
 
 def _oracle(args: argparse.Namespace) -> int:
