@@ -119,6 +119,18 @@ def test_a_single_timed_run_says_it_is_cold(method, tmp_path, capsys) -> None:
     assert ("--compare-ar times warm runs" in summary) == (method != "ar")
 
 
+@pytest.mark.parametrize("method", ["pld", "cas-spec"])
+def test_compare_ar_states_the_verify_costs_when_a_policy_timed_them(method, tmp_path, capsys):
+    from hostile_support import write_tiny_gguf
+
+    model = write_tiny_gguf(tmp_path / "tiny.gguf")
+    argv = ["generate", "--model", str(model), "--max-new-tokens", "6", "--method", method]
+    assert main([*argv, "--compare-ar", "hi"]) == 0
+    out = capsys.readouterr().out
+    assert "speedup" in out and "a cold run" not in out  # every loop warmed up first
+    assert ("verify costs on this machine (DyTC's timings)" in out) == (method == "cas-spec")
+
+
 def test_the_base_is_the_faster_naive_loop_with_the_same_tokens() -> None:
     """The plain loop is the base only when its tokens are the same; the exact loop otherwise
     (and when neither is), whatever the speeds."""
@@ -143,7 +155,7 @@ def test_the_demo_states_the_verify_costs_its_policy_timed() -> None:
     """The ratios are the policy's own timings, each against one token's, for the sizes timed."""
     from casspec_ref.dytc import DyTC
     from casspec_ref.dytc_refinements import RefinedDyTC
-    from casspec_ref.tools.demo import verify_costs
+    from casspec_ref.tools.naive import verify_costs
 
     for policy in (DyTC(["exit1"]), RefinedDyTC(["exit1"])):
         assert verify_costs(policy) == "verify costs: not timed yet"

@@ -289,10 +289,10 @@ def _generate(args: argparse.Namespace) -> int:
         summary += f", MAT {stats['mat']:.2f} (bonus token included)"
     if not compare:
         summary += f"; {_cold_run(method)}"
-    if compare:
+    else:
         # The naive loop in both forms, run now on the same prompt; the speedup is taken over
         # the faster one whose tokens equal these (`casspec_ref.tools.naive`).
-        from casspec_ref.tools.naive import describe, fastest_equal, time_naive_loops
+        from casspec_ref.tools.naive import describe, fastest_equal, time_naive_loops, verify_costs
 
         naive = time_naive_loops(model, prompt_ids, args.max_new_tokens, **sampling)
         base = fastest_equal(naive, generated)
@@ -304,6 +304,8 @@ def _generate(args: argparse.Namespace) -> int:
             f"{same} the exact naive loop's\n"
         )
         summary += "\n".join(describe(naive, base, generated))
+        if "policy" in carried:  # what bounds the speedup on this machine
+            summary += "\n" + verify_costs(carried["policy"])
     print(summary)
     return 0
 

@@ -14,11 +14,6 @@ accepted tokens per target forward, what verifying a few tokens costs on this ma
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from casspec_ref.dytc import DyTC
 
 PASSAGE = (
     "The Great Barrier Reef is the world's largest coral reef system. It is composed of over "
@@ -45,6 +40,7 @@ def run_demo(max_new_tokens: int = 160) -> int:
         describe,
         fastest_equal,
         time_naive_loops,
+        verify_costs,
         warm_up,
     )
     from casspec_ref.tools.trace import TreePrinter
@@ -103,18 +99,3 @@ def run_demo(max_new_tokens: int = 160) -> int:
         print(f"\none step of CAS-Spec (step {best.step}: {len(best.tree) - 1} drafted nodes):")
         print(TreePrinter(tokenizer.decode, color=False).format(best))
     return 0 if fast.tokens == exact.tokens else 1
-
-
-def verify_costs(policy: DyTC, sizes: Sequence[int] = (2, 4, 8)) -> str:
-    """What a verify forward costs against a one-token forward, from the timings `policy` took on
-    this machine (the sizes it has timed): a step that verifies T tokens beats the naive loop
-    only if it commits more tokens than its ratio, so these ratios bound the speedup."""
-    curve = policy.verify_cost
-    if 1 not in curve.seconds:
-        return "verify costs: not timed yet"
-    one = curve.seconds[1]
-    ratios = [f"{t} tokens {curve.seconds[t] / one:.1f}x" for t in sizes if t in curve.seconds]
-    return (
-        f"verify costs on this machine (DyTC's timings), against one token's: {', '.join(ratios)}"
-        "\n(a step that verifies T tokens pays only if it commits more tokens than T's ratio)"
-    )

@@ -5,7 +5,9 @@ shape-invariant forwards, whose tokens every speculative method equals bit for b
 ``plain``, the fastest kernels per row count, whose rows round by shape. Where the plain loop
 gives the same tokens it is the faster honest base; where it does not, the exact loop is. The
 demo and ``generate --compare-ar`` report a speedup against `fastest_equal`, as the bench does,
-after an untimed run of every loop they time (`warm_up`), as the bench's warm-up questions do.
+after an untimed run of every loop they time (`warm_up`), as the bench's warm-up questions do,
+and say what bounds CAS-Spec's speedup on the machine (`verify_costs`: a verify forward's cost
+against one token's, from the timings its policy took).
 """
 
 from __future__ import annotations
@@ -13,10 +15,13 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from casspec_ref.generate import generate_ar
 from casspec_ref.model import Transformer
+
+if TYPE_CHECKING:
+    from casspec_ref.dytc import DyTC
 
 #: The answer length of `warm_up`'s untimed runs, and the request they answer: not the timed
 #: one, so that DyTC's acceptance estimates are not learned on the answer they are timed on.
@@ -95,3 +100,18 @@ def warm_up(
     if method != "ar":
         generate_speculative(model, prompt, WARM_UP_TOKENS, method=method, **options, **carried)
     return carried
+
+
+def verify_costs(policy: DyTC, sizes: Sequence[int] = (2, 4, 8)) -> str:
+    """What a verify forward costs against a one-token forward, from the timings `policy` took on
+    this machine (the sizes it has timed): a step that verifies T tokens beats the naive loop
+    only if it commits more tokens than its ratio, so these ratios bound the speedup."""
+    curve = policy.verify_cost
+    if 1 not in curve.seconds:
+        return "verify costs: not timed yet"
+    one = curve.seconds[1]
+    ratios = [f"{t} tokens {curve.seconds[t] / one:.1f}x" for t in sizes if t in curve.seconds]
+    return (
+        f"verify costs on this machine (DyTC's timings), against one token's: {', '.join(ratios)}"
+        "\n(a step that verifies T tokens pays only if it commits more tokens than T's ratio)"
+    )
