@@ -289,10 +289,9 @@ def replay_overheads(args: argparse.Namespace, raw: dict[str, Any]) -> dict[str,
     lookup's and a recycled-token walk's, measured only."""
     measured = raw.get("overheads", {})
     given = {
+        **dict.fromkeys(OVERHEADS),
         "draft": args.draft_overhead,
         "step": args.step_overhead,
-        "lookup": None,
-        "recycle": None,
     }
     missing = [name for name, value in given.items() if value is None and name not in measured]
     if missing:
