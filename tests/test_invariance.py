@@ -166,8 +166,31 @@ def test_the_model_attention_runs_on_its_own_thread_count_and_restores_the_calle
     monkeypatch.setattr(invariance.F, "scaled_dot_product_attention", counting)
     with invariance.threads_at(2):
         model(torch.tensor([[1, 2, 3, 4]]))
+        model(torch.tensor([[1]]))  # a lone token's call too (`each_token`'s one-token path)
         assert torch.get_num_threads() == 2
-    assert seen and set(seen) == {1}
+    assert len(seen) == 5 * model.config.n_layers and set(seen) == {1}
+
+
+@pytest.mark.parametrize("contiguous", [True, False])
+def test_a_lone_token_gets_the_query_layout_a_token_among_others_gets(contiguous: bool) -> None:
+    """`each_token`'s one-token path skips the copy and the fold of the many-token path: the
+    call it makes must read a query of the same shape, strides and values, and its result must
+    come back as the many-token path folds it."""
+    gen = torch.Generator().manual_seed(3)
+    q = torch.randn(1, 3, 2, 8, generator=gen)  # (B, Hkv, G*T, Dh), G = 2, T = 1
+    q = q if contiguous else q.transpose(-1, -2).contiguous().transpose(-1, -2)
+    expected = q.view(1, 3, 2, 1, 8).transpose(2, 3).contiguous()[:, :, 0]  # (B, Hkv, G, Dh)
+    seen: list[torch.Tensor] = []
+
+    def attend(i: int, query: torch.Tensor) -> torch.Tensor:
+        seen.append(query)
+        return query * 2.0 + i
+
+    out = exact_attention.each_token(q, 1, attend)
+    (query,) = seen
+    assert query.shape == expected.shape and query.stride() == expected.stride()
+    assert torch.equal(query, expected)
+    assert out.shape == q.shape and torch.equal(out, expected * 2.0)
 
 
 def test_the_report_says_what_is_missing() -> None:
