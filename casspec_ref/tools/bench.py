@@ -978,8 +978,15 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="comma-separated methods (default: all of them); 'ar' is always run",
     )
-    parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--max-new-tokens", type=int, default=128, help="tokens to generate per question"
+    )
+    parser.add_argument(
+        "--runs",
+        type=int,
+        default=3,
+        help="timed runs of every question (the speedup: their mean, and its standard deviation)",
+    )
     parser.add_argument("--warmup", type=int, default=1, help="warm-up questions per method")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
@@ -1003,7 +1010,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--max-context", type=int, default=None, help="cap the model context (max_seq_len)"
     )
-    parser.add_argument("--limit", type=int, default=0, help="use only the first N questions")
+    parser.add_argument(
+        "--limit", type=int, default=0, help="use only the first N questions (0: all)"
+    )
     parser.add_argument(
         "--quick", action="store_true", help="1 run, 32 new tokens, one question per group"
     )
