@@ -85,8 +85,8 @@ def test_a_tile_whose_rows_round_by_their_place_in_it_fails_the_check(
 def test_ranked_tiles_put_the_naive_loops_cheapest_first_and_prefer_larger_near_ties() -> None:
     """Timed: the cheapest one call first; a tile within `NEAR_TIE` of it but larger goes before
     it (a verify forward needs fewer calls); untimed tiles last, four rows before eight and
-    two. Every candidate is a tile (R >= 2), except in float32 the one-row products, tried
-    before every tile where the caller allows them (not for the LM head)."""
+    two. Every candidate is a tile (R >= 2), except the one-row products, tried before every
+    tile where the caller allows them (not for the LM head) and `rows_first` says so."""
     timings = {2: {"wxt": 10.0, "linear": 30.0}, 4: {"wxt": 10.4}, 8: {"split": 12.0}}
     ranked = invariance.ranked_tiles(torch.float32, timings, one_row_products=False)
     assert [str(f) for f in ranked[:5]] == ["wxt@4", "wxt@2", "split@8", "linear@2", "linear@4"]
@@ -97,6 +97,29 @@ def test_ranked_tiles_put_the_naive_loops_cheapest_first_and_prefer_larger_near_
     assert invariance.ranked_tiles(torch.float32, timings) == [kernels.ROWS, *ranked]
     bf16 = invariance.ranked_tiles(torch.bfloat16, timings)
     assert kernels.ROWS not in bf16 and all(f.pad_to in kernels.TILE_ROWS for f in bf16)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "one_row_split_us", "first"),
+    [
+        (torch.float32, 50.0, True),  # float32: always, however the one-row product was timed
+        (torch.bfloat16, 9.0, True),  # cheaper than the cheapest tile's call (10.0)
+        (torch.bfloat16, 10.0, False),  # a tie is not cheaper
+        (torch.bfloat16, 11.0, False),
+    ],
+)
+def test_the_one_row_products_go_first_where_the_naive_loops_product_is_cheapest(
+    dtype: torch.dtype, one_row_split_us: float, first: bool
+) -> None:
+    """`rows_first`: in float32 always; in another dtype only where the kernel table timed a
+    one-row split product below every tile's call (a CPU where a product costs in proportion to
+    its rows). Never for the LM head (``one_row_products=False``)."""
+    timings = {1: {"split": one_row_split_us}, 2: {"linear": 10.0}, 4: {"linear": 20.0}}
+    ranked = invariance.ranked_tiles(dtype, timings)
+    assert (ranked[0] == kernels.ROWS) is first and ranked.count(kernels.ROWS) == int(first)
+    assert str(ranked[int(first)]) == "linear@2"  # then the tiles, cheapest first
+    assert kernels.ROWS not in invariance.ranked_tiles(dtype, timings, one_row_products=False)
+    assert invariance.rows_first(dtype, {}, float("inf")) is (dtype == torch.float32)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -21,10 +21,11 @@ up to the block's, each at a random offset (so at every place in a tile), are co
 every thread count the thread policy may use; the tile passes if every window's rows equal the
 whole block's bit for bit. A kernel's order of additions is chosen from the shapes and the thread
 count, never from the values, so one random sample of each shape decides. Tiles are tried in
-`ranked_tiles` order (in float32 the one-row products, `kernels.ROWS`, first: the same check
-then confirms that the library keeps each problem of a batched call to itself; then the naive
-loop's cost first) and the first that passes is the shape's tile; a shape where none passes
-runs row by row (`kernels.ROW_BY_ROW`), invariant without a check, and the report says so.
+`ranked_tiles` order (the one-row products, `kernels.ROWS`, first in float32 and wherever they
+are the naive loop's cheapest product, `rows_first`: the same check then confirms that the
+library keeps each problem of a batched call to itself; then the naive loop's cost first) and
+the first that passes is the shape's tile; a shape where none passes runs row by row
+(`kernels.ROW_BY_ROW`), invariant without a check, and the report says so.
 """
 
 from __future__ import annotations
@@ -114,21 +115,35 @@ def ranked_tiles(
 ) -> list[Form]:
     """Every tile ``base@R`` (R in `TILE_ROWS`, base in `base_forms`), in the order the check
     tries them. ``timings_us``: microseconds per call of each base form at R rows (the kernel
-    table's timings), i.e. what one product of the naive loop costs in that tile. The cheapest
-    first; tiles within `NEAR_TIE` of the cheapest go first, largest R first. Untimed tiles
-    follow in `UNTIMED_ROWS` order. In float32, with ``one_row_products``, the one-row-products
-    construction (`kernels.ROWS`) comes before every tile: its naive-loop product is the fast
-    matrix-vector kernel itself, which no tile of R > 1 rows matches (results.md, "CPU, what
-    exactness costs at each dispatch level"). The caller leaves it out for the LM head, whose
-    weight does not stay in the cache between the rows of a verify forward."""
+    table's timings, R = 1 too), i.e. what one product of the naive loop costs in that tile. The
+    cheapest first; tiles within `NEAR_TIE` of the cheapest go first, largest R first. Untimed
+    tiles follow in `UNTIMED_ROWS` order. With ``one_row_products`` the one-row-products
+    construction (`kernels.ROWS`) comes before every tile where `rows_first` says so. The caller
+    leaves it out for the LM head, whose weight does not stay in the cache between the rows of a
+    verify forward."""
+    timed = timings_us or {}
     tiles = [Form(f.base, r) for r in UNTIMED_ROWS for f in base_forms(dtype) if r in TILE_ROWS]
-    cost = {t: (timings_us or {}).get(t.pad_to, {}).get(t.base, float("inf")) for t in tiles}
+    cost = {t: timed.get(t.pad_to, {}).get(t.base, float("inf")) for t in tiles}
     cheapest = min(cost.values())
     near = [t for t in tiles if cost[t] <= (1 + NEAR_TIE) * cheapest < float("inf")]
     rest = [t for t in tiles if t not in near]
     near.sort(key=lambda t: (-t.pad_to, cost[t]))
     rest.sort(key=lambda t: cost[t])  # stable: the untimed keep their order
-    return ([ROWS] if one_row_products and dtype == torch.float32 else []) + near + rest
+    first = one_row_products and rows_first(dtype, timed.get(1, {}), cheapest)
+    return ([ROWS] if first else []) + near + rest
+
+
+def rows_first(dtype: torch.dtype, one_row_us: Mapping[str, float], cheapest_tile: float) -> bool:
+    """Whether the one-row products (`kernels.ROWS`) are tried before every tile. In float32,
+    always: the fastest one-row kernel is a matrix-vector product, which no tile of R > 1 rows
+    matches (results.md, "CPU, what exactness costs at each dispatch level"). In another dtype,
+    where the kernel table timed a one-row ``split`` product (``one_row_us``: its timings of one
+    row; the same two half-width problems in one batched call as `ROWS` makes of the naive
+    loop's row) below the cheapest tile's call: so on a CPU without bfloat16 instructions, where
+    a bfloat16 product costs in proportion to its rows and a padded tile pays for its padding."""
+    if dtype == torch.float32:
+        return True
+    return one_row_us.get("split", float("inf")) < cheapest_tile
 
 
 def attention_threads_agree(dtype: torch.dtype, levels: Iterable[int], raw: bool = False) -> bool:

@@ -660,7 +660,7 @@ def check_invariance(
         rows = invariance.HEAD_ROWS if (o, i) in head_only else invariance.FULL_ROWS
         key = (o, i, dtype, levels, rows)
         if key not in _INVARIANT:
-            tile_timings = {r: timings.get((o, i, dtype, r), {}) for r in TILE_ROWS}
+            tile_timings = {r: timings.get((o, i, dtype, r), {}) for r in (1, *TILE_ROWS)}
             ranked = invariance.ranked_tiles(dtype, tile_timings, (o, i) not in head_only)
             known = verdicts.get(_verdict_key(key))
             if not isinstance(known, dict):  # none yet, or a file's entry of the wrong kind

@@ -37,7 +37,8 @@ additions for every call: that is invariant by construction. What a construction
 whether a row's bits depend on its place inside the tile; every blocked matrix kernel computes
 the rows of one register block alike, and the machine's check confirms it per weight shape
 (`casspec_ref.accel.invariance`), choosing each shape's tile (base form and R) and keeping it in
-the table's ``invariant`` entries. In float32 the check first tries one-row products (`ROWS`,
+the table's ``invariant`` entries. In float32, and in bfloat16 where the machine's timings make
+it the naive loop's cheapest product, the check first tries one-row products (`ROWS`,
 `one_row_products`): every row its own problem of one batched call, so the naive loop keeps the
 one-row kernel's speed. A shape without a checked tile runs one row per call (`ROW_BY_ROW`):
 every call the same one-row shape, invariant without any check (docs/floating_point.md).
