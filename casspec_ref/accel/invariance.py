@@ -139,7 +139,7 @@ def rows_first(dtype: torch.dtype, one_row_us: Mapping[str, float], cheapest_til
     matches (results.md, "CPU, what exactness costs at each dispatch level"). In another dtype,
     where the kernel table timed a one-row ``split`` product (``one_row_us``: its timings of one
     row; the same two half-width problems in one batched call as `ROWS` makes of the naive
-    loop's row) below the cheapest tile's call: so on a CPU without bfloat16 instructions, where
+    loop's row) below the cheapest tile's call, as on a CPU without bfloat16 instructions, where
     a bfloat16 product costs in proportion to its rows and a padded tile pays for its padding."""
     if dtype == torch.float32:
         return True
