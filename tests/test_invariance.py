@@ -119,7 +119,19 @@ def test_the_one_row_products_go_first_where_the_naive_loops_product_is_cheapest
     assert (ranked[0] == kernels.ROWS) is first and ranked.count(kernels.ROWS) == int(first)
     assert str(ranked[int(first)]) == "linear@2"  # then the tiles, cheapest first
     assert kernels.ROWS not in invariance.ranked_tiles(dtype, timings, one_row_products=False)
-    assert invariance.rows_first(dtype, {}, float("inf")) is (dtype == torch.float32)
+    assert invariance.rows_first(dtype, {}, 2, float("inf")) is (dtype == torch.float32)
+
+
+def test_the_one_row_products_stay_out_where_a_tile_costs_about_one_row() -> None:
+    """A 4-row tile costing 1.1 one-row products (bfloat16 instructions): the naive loop would
+    gain 10%, a verify forward's products would cost 3.6 times the tile's, past
+    `ROWS_VERIFY_BOUND`; the tiles stay first. At the bound it is taken, just past it not."""
+    near_free = {1: {"split": 10.0}, 4: {"linear": 11.0}}
+    assert kernels.ROWS not in invariance.ranked_tiles(torch.bfloat16, near_free)
+    assert invariance.ranked_tiles(torch.float32, near_free)[0] == kernels.ROWS
+    bound = invariance.ROWS_VERIFY_BOUND
+    assert invariance.rows_first(torch.bfloat16, {"split": 10.0}, 4, 40.0 / bound)
+    assert not invariance.rows_first(torch.bfloat16, {"split": 10.0}, 4, 40.0 / bound - 0.01)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -106,6 +106,9 @@ def invariant_form(
 NEAR_TIE = 0.05
 #: The order of tiles where nothing was timed: four rows first, then eight, then two.
 UNTIMED_ROWS = (4, 8, 2)
+#: Outside float32, the most the one-row products may cost a verify forward, against the
+#: cheapest tile, for the naive loop's saving to be taken (`rows_first`).
+ROWS_VERIFY_BOUND = 2.0
 
 
 def ranked_tiles(
@@ -124,26 +127,32 @@ def ranked_tiles(
     timed = timings_us or {}
     tiles = [Form(f.base, r) for r in UNTIMED_ROWS for f in base_forms(dtype) if r in TILE_ROWS]
     cost = {t: timed.get(t.pad_to, {}).get(t.base, float("inf")) for t in tiles}
-    cheapest = min(cost.values())
-    near = [t for t in tiles if cost[t] <= (1 + NEAR_TIE) * cheapest < float("inf")]
+    best = min(tiles, key=lambda t: cost[t])
+    near = [t for t in tiles if cost[t] <= (1 + NEAR_TIE) * cost[best] < float("inf")]
     rest = [t for t in tiles if t not in near]
     near.sort(key=lambda t: (-t.pad_to, cost[t]))
     rest.sort(key=lambda t: cost[t])  # stable: the untimed keep their order
-    first = one_row_products and rows_first(dtype, timed.get(1, {}), cheapest)
+    first = one_row_products and rows_first(dtype, timed.get(1, {}), best.pad_to, cost[best])
     return ([ROWS] if first else []) + near + rest
 
 
-def rows_first(dtype: torch.dtype, one_row_us: Mapping[str, float], cheapest_tile: float) -> bool:
+def rows_first(
+    dtype: torch.dtype, one_row_us: Mapping[str, float], tile_rows: int, tile_us: float
+) -> bool:
     """Whether the one-row products (`kernels.ROWS`) are tried before every tile. In float32,
     always: the fastest one-row kernel is a matrix-vector product, which no tile of R > 1 rows
     matches (results.md, "CPU, what exactness costs at each dispatch level"). In another dtype,
     where the kernel table timed a one-row ``split`` product (``one_row_us``: its timings of one
     row; the same two half-width problems in one batched call as `ROWS` makes of the naive
-    loop's row) below the cheapest tile's call, as on a CPU without bfloat16 instructions, where
-    a bfloat16 product costs in proportion to its rows and a padded tile pays for its padding."""
+    loop's row) below the cheapest tile's call (``tile_us``, ``tile_rows`` rows: the naive loop
+    gains), while ``tile_rows`` such products cost at most `ROWS_VERIFY_BOUND` times that call (a
+    verify forward loses at most that much): as on a CPU without bfloat16 instructions, where a
+    bfloat16 product costs in proportion to its rows. Where a tile of a few rows costs about what
+    one row does (bfloat16 instructions), the tiles stay first."""
     if dtype == torch.float32:
         return True
-    return one_row_us.get("split", float("inf")) < cheapest_tile
+    one_row = one_row_us.get("split", float("inf"))
+    return one_row < tile_us and tile_rows * one_row <= ROWS_VERIFY_BOUND * tile_us
 
 
 def attention_threads_agree(dtype: torch.dtype, levels: Iterable[int], raw: bool = False) -> bool:
