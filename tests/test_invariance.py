@@ -113,7 +113,8 @@ def test_the_one_row_products_go_first_where_the_naive_loops_product_is_cheapest
 ) -> None:
     """`rows_first`: in float32 always; in another dtype only where the kernel table timed a
     one-row split product below every tile's call (a CPU where a product costs in proportion to
-    its rows). Never for the LM head (``one_row_products=False``)."""
+    its rows; every case here is within `ROWS_VERIFY_BOUND`, the next test crosses it). Never for
+    the LM head (``one_row_products=False``)."""
     timings = {1: {"split": one_row_split_us}, 2: {"linear": 10.0}, 4: {"linear": 20.0}}
     ranked = invariance.ranked_tiles(dtype, timings)
     assert (ranked[0] == kernels.ROWS) is first and ranked.count(kernels.ROWS) == int(first)

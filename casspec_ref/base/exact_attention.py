@@ -120,11 +120,11 @@ def each_token(q: Tensor, tokens: int, attend: Callable[[int, Tensor], Tensor]) 
     with its rows contiguous, as the naive loop's query holds them; the results folded back
     into ``q``'s layout ``(B, Hkv, G*T, Dh)``, query head g of token i at row ``g*T + i``.
     On a CPU the calls run on `ATTENTION_THREADS` threads, whatever the caller's count."""
-    n_batch, heads, rows, head_dim = q.shape
     threads = ATTENTION_THREADS if q.device.type == "cpu" else None
     with nullcontext() if threads is None else threads_at(threads):
         if tokens == 1:  # the naive loop's call: q's rows are its one token's, as the call reads
             return attend(0, q.contiguous())  # them (no copy to make, no results to fold back)
+        n_batch, heads, rows, head_dim = q.shape
         by_token = q.view(n_batch, heads, rows // tokens, tokens, head_dim).transpose(2, 3)
         by_token = by_token.contiguous()  # (B, Hkv, T, G, Dh)
         outs = [attend(i, by_token[:, :, i]) for i in range(tokens)]  # T x (B, Hkv, G, Dh)
