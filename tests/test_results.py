@@ -402,14 +402,32 @@ def test_the_dispatch_kernels_record_is_shown_a_column_per_level() -> None:
     assert "float32 / bfloat16 | no / yes | not run |" in text
 
 
-def test_floating_point_shows_the_dispatch_table_of_the_record(records: dict) -> None:
-    """docs/floating_point.md's table per dispatch level is the record's, cell for cell."""
+@pytest.mark.parametrize("stem", ["cpu_dispatch_kernels", "cpu_dispatch_kernels_avx512"])
+def test_floating_point_shows_the_dispatch_table_of_each_kind_of_cpu(
+    records: dict, stem: str
+) -> None:
+    """docs/floating_point.md's table per dispatch level is each record's, cell for cell."""
     page = (ROOT / "docs" / "floating_point.md").read_text(encoding="utf-8")
-    body = results.dispatch_kernels_section(records["cpu_dispatch_kernels"])
+    body = results.dispatch_kernels_section(records[stem])
     assert "\n".join(body) in page, (
         "docs/floating_point.md's dispatch-level table differs from the one "
-        "docs/bench/cpu_dispatch_kernels.json gives:\n" + "\n".join(body)
+        f"docs/bench/{stem}.json gives:\n" + "\n".join(body)
     )
+
+
+def test_a_second_kind_of_cpus_record_follows_its_namesake_with_the_kind_in_its_title() -> None:
+    stems = ["gpu_forward", "cpu_exact_cost_avx512", "zzz_other", "cpu_exact_cost", "x_avx512"]
+    assert sorted(stems, key=results._rank) == [
+        "cpu_exact_cost",
+        "cpu_exact_cost_avx512",
+        "gpu_forward",
+        "x_avx512",
+        "zzz_other",
+    ]
+    base = results.TITLES["cpu_exact_cost"]
+    assert results.title("cpu_exact_cost") == base
+    assert results.title("cpu_exact_cost_avx512") == f"{base} (AVX-512 machine)"
+    assert results.title("x_avx512") == "x avx512"  # no such benchmark: the stem, as written
 
 
 def replay_record(**fields: Any) -> dict[str, Any]:

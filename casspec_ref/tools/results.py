@@ -20,6 +20,8 @@ Records, by the shape of their content rather than a fixed list of names:
   ``cpu_dytc_replay_plain.json``: the same answers on costs measured in the plain forms;
 - ``busy_machine.json`` (``benchmarks/busy_machine.py``: ``"benchmark": "busy_machine"``): speed
   per condition and thread setting, speedups, the policy's quiet cost and switches;
+- a record whose stem ends in a `KIND_SUFFIXES` suffix (``cpu_exact_cost_avx512.json``): the
+  same benchmark on another kind of CPU, shown after its namesake, the kind in its title;
 - any other JSON record: its environment and every scalar it holds, so that a new record appears
   on the page without a change here.
 """
@@ -74,6 +76,9 @@ TITLES = {
     "gpu_forward": "GPU, where a forward's time goes",
     "gpu_forward_bf16": "GPU, where a forward's time goes, bfloat16",
 }
+#: A record of the same benchmark run on another kind of CPU: its stem is the first kind's with
+#: this suffix, and its section follows that record's under the same title, the kind added.
+KIND_SUFFIXES = {"_avx512": "AVX-512 machine"}
 GENERIC_ROWS = 80  # the most scalars shown for a record of unknown shape
 
 
@@ -86,7 +91,23 @@ def load_records(folder: Path) -> dict[str, dict[str, Any]]:
 
 
 def _rank(stem: str) -> tuple[int, str]:
-    return (ORDER.index(stem) if stem in ORDER else len(ORDER), stem)
+    base, _ = _kind(stem)
+    return (ORDER.index(base) if base in ORDER else len(ORDER), stem)
+
+
+def _kind(stem: str) -> tuple[str, str]:
+    """(the first kind's stem, the kind of CPU) of a record's stem ("" for the first kind)."""
+    for suffix, kind in KIND_SUFFIXES.items():
+        if stem.endswith(suffix) and stem.removesuffix(suffix) in TITLES:
+            return stem.removesuffix(suffix), kind
+    return stem, ""
+
+
+def title(stem: str) -> str:
+    """A record's section title: its benchmark's, with the kind of CPU of a second kind's run."""
+    base, kind = _kind(stem)
+    name = TITLES.get(base, base.replace("_", " "))
+    return f"{name} ({kind})" if kind else name
 
 
 # ----------------------------------------------------------------------------------------------
@@ -817,8 +838,7 @@ def section(name: str, record: dict[str, Any]) -> list[str]:
         body = dytc_replay_section(record)
     else:
         body = generic_section(record)
-    title = TITLES.get(name, name.replace("_", " "))
-    return [f"## {title}", "", *source(name, record), "", *body, ""]
+    return [f"## {title(name)}", "", *source(name, record), "", *body, ""]
 
 
 HEADER = """# Results
@@ -843,10 +863,7 @@ def render(records: dict[str, dict[str, Any]]) -> str:
     """The whole page from the records, in the page's order."""
     lines = [HEADER]
     lines += ["| record | section |", "|---|---|"]
-    lines += [
-        f"| [`{name}.json`](bench/{name}.json) | {TITLES.get(name, name.replace('_', ' '))} |"
-        for name in records
-    ]
+    lines += [f"| [`{name}.json`](bench/{name}.json) | {title(name)} |" for name in records]
     lines.append("")
     for name, record in records.items():
         lines += section(name, record)
