@@ -99,7 +99,7 @@ def tiles_pass(shape: tuple[int, int], head: bool, dtype: Any, levels: tuple[int
     weight = torch.randn(*shape, generator=gen).to(dtype)
     rows = invariance.HEAD_ROWS if head else invariance.FULL_ROWS
     x = torch.randn(rows, shape[1], generator=gen).to(dtype)
-    tiles = invariance.ranked_tiles(dtype, one_row_products=not head)
+    tiles = invariance.ranked_tiles(dtype, head=head)
     verdicts = {}
     for tile in sorted(tiles, key=lambda t: (t != ROWS, t.base, t.pad_to)):
         if tile.base == "split" and shape[0] % 2:

@@ -85,16 +85,18 @@ def test_a_tile_whose_rows_round_by_their_place_in_it_fails_the_check(
 def test_ranked_tiles_put_the_naive_loops_cheapest_first_and_prefer_larger_near_ties() -> None:
     """Timed: the cheapest one call first; a tile within `NEAR_TIE` of it but larger goes before
     it (a verify forward needs fewer calls); untimed tiles last, four rows before eight and
-    two. Every candidate is a tile (R >= 2), except the one-row products, tried before every
-    tile where the caller allows them (not for the LM head) and `rows_first` says so."""
+    two. Every candidate is a tile (R >= 2), except the one-row constructions, tried before every
+    tile where `rows_first` says so (in float32, always but for the LM head)."""
     timings = {2: {"wxt": 10.0, "linear": 30.0}, 4: {"wxt": 10.4}, 8: {"split": 12.0}}
-    ranked = invariance.ranked_tiles(torch.float32, timings, one_row_products=False)
+    ranked = invariance.ranked_tiles(torch.float32, timings, head=True)
     assert [str(f) for f in ranked[:5]] == ["wxt@4", "wxt@2", "split@8", "linear@2", "linear@4"]
     assert all(f.pad_to in kernels.TILE_ROWS for f in ranked)
     assert len(ranked) == len(kernels.TILE_ROWS) * len(kernels.base_forms(torch.float32))
-    untimed = invariance.ranked_tiles(torch.float32, one_row_products=False)
+    untimed = invariance.ranked_tiles(torch.float32, head=True)
     assert [f.pad_to for f in untimed[:1]] == [4] and untimed[0].base == "linear"
-    assert invariance.ranked_tiles(torch.float32, timings) == [kernels.ROWS, *ranked]
+    ones = kernels.one_row_tiles(torch.float32)
+    assert invariance.ranked_tiles(torch.float32, timings) == [*ones, *ranked]
+    assert ones[0] == kernels.ROWS and all(f.pad_to == 1 for f in ones[1:])
     bf16 = invariance.ranked_tiles(torch.bfloat16, timings)
     assert kernels.ROWS not in bf16 and all(f.pad_to in kernels.TILE_ROWS for f in bf16)
 
@@ -112,15 +114,48 @@ def test_the_one_row_products_go_first_where_the_naive_loops_product_is_cheapest
     dtype: torch.dtype, one_row_split_us: float, first: bool
 ) -> None:
     """`rows_first`: in float32 always; in another dtype only where the kernel table timed a
-    one-row split product below every tile's call (a CPU where a product costs in proportion to
-    its rows; every case here is within `ROWS_VERIFY_BOUND`, the next test crosses it). Never for
-    the LM head (``one_row_products=False``)."""
+    one-row product below every tile's call (a CPU where a product costs in proportion to its
+    rows; every case here is within `ROWS_VERIFY_BOUND`, the next test crosses it). For the LM
+    head by the same timings in every dtype, float32 included."""
     timings = {1: {"split": one_row_split_us}, 2: {"linear": 10.0}, 4: {"linear": 20.0}}
     ranked = invariance.ranked_tiles(dtype, timings)
-    assert (ranked[0] == kernels.ROWS) is first and ranked.count(kernels.ROWS) == int(first)
-    assert str(ranked[int(first)]) == "linear@2"  # then the tiles, cheapest first
-    assert kernels.ROWS not in invariance.ranked_tiles(dtype, timings, one_row_products=False)
-    assert invariance.rows_first(dtype, {}, 2, float("inf")) is (dtype == torch.float32)
+    ones = kernels.one_row_tiles(dtype)  # `ROWS` timed, the one-row tiles not: `ROWS` first
+    assert ranked[: len(ones)] == ones if first else ranked[0].pad_to in kernels.TILE_ROWS
+    assert ranked.count(kernels.ROWS) == int(first)
+    assert str(ranked[len(ones) if first else 0]) == "linear@2"  # then the tiles, cheapest first
+    head = invariance.ranked_tiles(dtype, timings, head=True)
+    assert (kernels.ROWS in head) is (one_row_split_us < 10.0)
+    assert invariance.rows_first(dtype, float("inf"), 2, float("inf")) is (dtype == torch.float32)
+    assert not invariance.rows_first(dtype, float("inf"), 2, float("inf"), head=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_cheapest_one_row_product_goes_first(dtype: torch.dtype) -> None:
+    """Among the one-row constructions, the naive loop's cheapest product first: here one
+    ``F.linear`` row per call (`linear@1`) before `ROWS`'s batched call, whose lone row costs
+    what a one-row ``split`` does; untimed ones last, in `one_row_tiles` order. In bfloat16 and
+    for the LM head they come first only because the bound holds (2 x 8 <= 2 x 10)."""
+    timings = {1: {"split": 20.0, "linear": 8.0, "wxt": 12.0}, 2: {"linear": 10.0}}
+    for head in (False, True):
+        ranked = invariance.ranked_tiles(dtype, timings, head=head)
+        assert [str(f) for f in ranked[:3]] == ["linear@1", "wxt@1", "rows"]
+    slow = {1: {"split": 20.0, "linear": 11.0}, 2: {"linear": 10.0}}  # no one-row product gains
+    assert invariance.ranked_tiles(dtype, slow, head=True)[0] == Form("linear", 2)
+
+
+@pytest.mark.parametrize("base", ["linear", "wxt", "packed"])
+def test_a_one_row_tile_makes_every_row_its_own_call(base: str) -> None:
+    """``base@1``: every row computed by its own one-row call, so a row's bits are its one-row
+    product's whatever rows sit beside it (the naive loop's product, by construction)."""
+    if base == "packed" and not kernels.packed_available(torch.float32):
+        pytest.skip("this torch build has no oneDNN packed product")
+    gen = torch.Generator().manual_seed(3)
+    weight, x = torch.randn(24, 40, generator=gen), torch.randn(7, 40, generator=gen)
+    tile = Form(base, 1)
+    assert kernels.tile_rows(tile) == 1
+    alone = [kernels.apply_form(Form(base), x[i : i + 1], weight, None) for i in range(7)]
+    assert torch.equal(kernels.tiled_linear(tile, x, weight, None), torch.cat(alone))
+    assert torch.equal(kernels.tiled_linear(tile, x[3:5], weight, None), torch.cat(alone[3:5]))
 
 
 def test_the_one_row_products_stay_out_where_a_tile_costs_about_one_row() -> None:
@@ -131,8 +166,8 @@ def test_the_one_row_products_stay_out_where_a_tile_costs_about_one_row() -> Non
     assert kernels.ROWS not in invariance.ranked_tiles(torch.bfloat16, near_free)
     assert invariance.ranked_tiles(torch.float32, near_free)[0] == kernels.ROWS
     bound = invariance.ROWS_VERIFY_BOUND
-    assert invariance.rows_first(torch.bfloat16, {"split": 10.0}, 4, 40.0 / bound)
-    assert not invariance.rows_first(torch.bfloat16, {"split": 10.0}, 4, 40.0 / bound - 0.01)
+    assert invariance.rows_first(torch.bfloat16, 10.0, 4, 40.0 / bound)
+    assert not invariance.rows_first(torch.bfloat16, 10.0, 4, 40.0 / bound - 0.01)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -21,9 +21,11 @@ up to the block's, each at a random offset (so at every place in a tile), are co
 every thread count the thread policy may use; the tile passes if every window's rows equal the
 whole block's bit for bit. A kernel's order of additions is chosen from the shapes and the thread
 count, never from the values, so one random sample of each shape decides. Tiles are tried in
-`ranked_tiles` order (the one-row products, `kernels.ROWS`, first in float32 and wherever they
-are the naive loop's cheapest product, `rows_first`: the same check then confirms that the
-library keeps each problem of a batched call to itself; then the naive loop's cost first) and
+`ranked_tiles` order (the one-row constructions, `kernels.one_row_tiles`, first in float32 and
+wherever they are the naive loop's cheapest product, `rows_first`: for `kernels.ROWS` the same
+check then confirms that the library keeps each problem of a batched call to itself, for a
+one-row tile that its one-row call keeps its bits across thread counts; then the naive loop's
+cost first) and
 the first that passes is the shape's tile; a shape where none passes runs row by row
 (`kernels.ROW_BY_ROW`), invariant without a check, and the report says so.
 """
@@ -38,7 +40,14 @@ import torch
 import torch.nn.functional as F
 
 from casspec_ref.base.exact_attention import each_token, threads_at
-from casspec_ref.base.kernels import ROWS, TILE_ROWS, Form, base_forms, tiled_linear
+from casspec_ref.base.kernels import (
+    ROWS,
+    TILE_ROWS,
+    Form,
+    base_forms,
+    one_row_tiles,
+    tiled_linear,
+)
 
 #: The row counts checked: every count up to `FULL_ROWS`, from the naive loop's one row to a
 #: prompt's piece while the thread policy may switch counts (`threads.PROMPT_ROWS`). The LM
@@ -114,16 +123,17 @@ ROWS_VERIFY_BOUND = 2.0
 def ranked_tiles(
     dtype: torch.dtype,
     timings_us: Mapping[int, Mapping[str, float]] | None = None,
-    one_row_products: bool = True,
+    head: bool = False,
 ) -> list[Form]:
     """Every tile ``base@R`` (R in `TILE_ROWS`, base in `base_forms`), in the order the check
     tries them. ``timings_us``: microseconds per call of each base form at R rows (the kernel
     table's timings, R = 1 too), i.e. what one product of the naive loop costs in that tile. The
     cheapest first; tiles within `NEAR_TIE` of the cheapest go first, largest R first. Untimed
-    tiles follow in `UNTIMED_ROWS` order. With ``one_row_products`` the one-row-products
-    construction (`kernels.ROWS`) comes before every tile where `rows_first` says so. The caller
-    leaves it out for the LM head, whose weight does not stay in the cache between the rows of a
-    verify forward."""
+    tiles follow in `UNTIMED_ROWS` order. Where `rows_first` says so, the one-row constructions
+    (`kernels.one_row_tiles`: `kernels.ROWS` and the one-row tiles), the naive loop's cheapest
+    first, come before every tile. ``head``: the LM head's weight, which does not stay in the
+    cache between a verify forward's rows: there the one-row constructions must pass
+    `rows_first`'s bound in every dtype, float32 included."""
     timed = timings_us or {}
     tiles = [Form(f.base, r) for r in UNTIMED_ROWS for f in base_forms(dtype) if r in TILE_ROWS]
     cost = {t: timed.get(t.pad_to, {}).get(t.base, float("inf")) for t in tiles}
@@ -132,27 +142,30 @@ def ranked_tiles(
     rest = [t for t in tiles if t not in near]
     near.sort(key=lambda t: (-t.pad_to, cost[t]))
     rest.sort(key=lambda t: cost[t])  # stable: the untimed keep their order
-    first = one_row_products and rows_first(dtype, timed.get(1, {}), best.pad_to, cost[best])
-    return ([ROWS] if first else []) + near + rest
+    ones = one_row_tiles(dtype)
+    one_cost = {
+        t: timed.get(1, {}).get("split" if t == ROWS else t.base, float("inf")) for t in ones
+    }
+    ones.sort(key=lambda t: one_cost[t])  # stable: `ROWS` first where untimed
+    first = rows_first(dtype, one_cost[ones[0]], best.pad_to, cost[best], head)
+    return (ones if first else []) + near + rest
 
 
 def rows_first(
-    dtype: torch.dtype, one_row_us: Mapping[str, float], tile_rows: int, tile_us: float
+    dtype: torch.dtype, one_row_us: float, tile_rows: int, tile_us: float, head: bool = False
 ) -> bool:
-    """Whether the one-row products (`kernels.ROWS`) are tried before every tile. In float32,
-    always: the fastest one-row kernel is a matrix-vector product, which no tile of R > 1 rows
-    matches (results.md, "CPU, what exactness costs at each dispatch level"). In another dtype,
-    where the kernel table timed a one-row ``split`` product (``one_row_us``: its timings of one
-    row; the same two half-width problems in one batched call as `ROWS` makes of the naive
-    loop's row) below the cheapest tile's call (``tile_us``, ``tile_rows`` rows: the naive loop
-    gains), while ``tile_rows`` such products cost at most `ROWS_VERIFY_BOUND` times that call (a
-    verify forward loses at most that much): as on a CPU without bfloat16 instructions, where a
-    bfloat16 product costs in proportion to its rows. Where a tile of a few rows costs about what
-    one row does (bfloat16 instructions), the tiles stay first."""
-    if dtype == torch.float32:
+    """Whether the one-row constructions (`kernels.one_row_tiles`) are tried before every tile.
+    In float32, always, except for the LM head: the fastest one-row kernel is a matrix-vector
+    product, which no tile of R > 1 rows matches (results.md, "CPU, what exactness costs at each
+    dispatch level"). Otherwise, where the cheapest one-row product the kernel table timed
+    (``one_row_us``) is below the cheapest tile's call (``tile_us``, ``tile_rows`` rows: the
+    naive loop gains), while ``tile_rows`` such products cost at most `ROWS_VERIFY_BOUND` times
+    that call (a verify forward loses at most that much): as on a CPU without bfloat16
+    instructions, where a bfloat16 product costs in proportion to its rows. Where a tile of a few
+    rows costs about what one row does (bfloat16 instructions), the tiles stay first."""
+    if dtype == torch.float32 and not head:
         return True
-    one_row = one_row_us.get("split", float("inf"))
-    return one_row < tile_us and tile_rows * one_row <= ROWS_VERIFY_BOUND * tile_us
+    return one_row_us < tile_us and tile_rows * one_row_us <= ROWS_VERIFY_BOUND * tile_us
 
 
 def attention_threads_agree(dtype: torch.dtype, levels: Iterable[int], raw: bool = False) -> bool:

@@ -661,7 +661,7 @@ def check_invariance(
         key = (o, i, dtype, levels, rows)
         if key not in _INVARIANT:
             tile_timings = {r: timings.get((o, i, dtype, r), {}) for r in (1, *TILE_ROWS)}
-            ranked = invariance.ranked_tiles(dtype, tile_timings, (o, i) not in head_only)
+            ranked = invariance.ranked_tiles(dtype, tile_timings, head=(o, i) in head_only)
             known = verdicts.get(_verdict_key(key))
             if not isinstance(known, dict):  # none yet, or a file's entry of the wrong kind
                 known = verdicts[_verdict_key(key)] = {}

@@ -38,10 +38,12 @@ whether a row's bits depend on its place inside the tile; every blocked matrix k
 the rows of one register block alike, and the machine's check confirms it per weight shape
 (`casspec_ref.accel.invariance`), choosing each shape's tile (base form and R) and keeping it in
 the table's ``invariant`` entries. In float32, and in bfloat16 where the machine's timings make
-it the naive loop's cheapest product, the check first tries one-row products (`ROWS`,
-`one_row_products`): every row its own problem of one batched call, so the naive loop keeps the
-one-row kernel's speed. A shape without a checked tile runs one row per call (`ROW_BY_ROW`):
-every call the same one-row shape, invariant without any check (docs/floating_point.md).
+it the naive loop's cheapest product, the check first tries the one-row constructions
+(`one_row_tiles`), the cheapest one-row product first: `ROWS` (`one_row_products`: every row its
+own problem of one batched call) and the one-row tiles (``linear@1``: every row its own call), so
+the naive loop keeps the one-row kernel's speed. A shape without a checked tile runs one row per
+call (`ROW_BY_ROW`): every call the same one-row shape, invariant without any check
+(docs/floating_point.md).
 """
 
 from __future__ import annotations
@@ -105,8 +107,19 @@ TILE_ROWS = (2, 4, 8)
 #: form (`default_form`). Every call has the one-row shape, so no check is needed.
 ROW_BY_ROW = None
 #: The one-row-products construction (`one_row_products`): each row multiplied by the weight on
-#: its own, all rows in one batched call; what the check tries first in float32.
+#: its own, all rows in one batched call; with the one-row tiles (`one_row_tiles`), what the check
+#: tries first in float32.
 ROWS = Form("rows")
+
+
+def one_row_tiles(dtype: torch.dtype) -> list[Form]:
+    """The constructions whose every product is a one-row product, the naive loop's own: `ROWS`,
+    then each base form one row per call (``linear@1``, ``wxt@1``, ``packed@1``: a tile of one
+    row, `tiled_linear`). ``split``'s one-row product is `ROWS`'s for a lone row, so it is not
+    repeated. A verify forward of T rows pays T such products: one batched call for `ROWS`, T
+    calls for a one-row tile; which one-row product is cheapest depends on the machine (a BLAS
+    that runs a lone row on one thread favours `ROWS`'s two half problems)."""
+    return [ROWS, *(Form(f.base, 1) for f in base_forms(dtype) if f.base != "split")]
 
 
 def default_form(dtype: torch.dtype, rows: int) -> Form:
@@ -266,7 +279,8 @@ def exact_linear(
 
 
 def tile_rows(tile: Form | None) -> int:
-    """The rows of one call of ``tile`` (`tiled_linear`): its ``pad_to``; 1 row by row."""
+    """The rows of one call of ``tile`` (`tiled_linear`): its ``pad_to``; 1 row by row (``tile``
+    None, or a one-row tile such as ``linear@1``)."""
     return 1 if tile is None else max(tile.pad_to, 1)
 
 
