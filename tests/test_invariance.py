@@ -120,7 +120,10 @@ def test_the_one_row_products_go_first_where_the_naive_loops_product_is_cheapest
     timings = {1: {"split": one_row_split_us}, 2: {"linear": 10.0}, 4: {"linear": 20.0}}
     ranked = invariance.ranked_tiles(dtype, timings)
     ones = kernels.one_row_tiles(dtype)  # `ROWS` timed, the one-row tiles not: `ROWS` first
-    assert ranked[: len(ones)] == ones if first else ranked[0].pad_to in kernels.TILE_ROWS
+    if first:
+        assert ranked[: len(ones)] == ones
+    else:
+        assert ranked[0].pad_to in kernels.TILE_ROWS
     assert ranked.count(kernels.ROWS) == int(first)
     assert str(ranked[len(ones) if first else 0]) == "linear@2"  # then the tiles, cheapest first
     head = invariance.ranked_tiles(dtype, timings, head=True)
